@@ -1,0 +1,126 @@
+// Package corr provides the randomness fedpq's mechanisms run on: seedable
+// cryptographic streams, the key agreement and key derivation that give a pair
+// of clients bits the server never sees, and the random pairing of a round.
+//
+// Every stream is AES-256 in counter mode under a key derived with HKDF from a
+// secret and a label that names the round, the parties and the purpose, so no
+// key is ever used for two purposes and the same seed gives the same bits on
+// every machine.
+package corr
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/binary"
+	"math"
+	"math/bits"
+)
+
+// bufSize is the number of keystream bytes produced per refill; large enough
+// that AES-CTR runs at full speed, small enough to stay in L1.
+const bufSize = 4096
+
+// A Stream is a deterministic source of uniformly random bits: the AES-256-CTR
+// keystream of its key. Two Streams made from the same key produce the same
+// bits. A Stream is not safe for concurrent use.
+type Stream struct {
+	ctr cipher.Stream
+	buf [bufSize]byte
+	pos int
+}
+
+// NewStream returns the stream of the 32-byte key.
+func NewStream(key [32]byte) *Stream {
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		panic(err) // unreachable: the key has a valid length
+	}
+	var iv [aes.BlockSize]byte
+	return &Stream{ctr: cipher.NewCTR(block, iv[:]), pos: bufSize}
+}
+
+func (s *Stream) refill() {
+	clear(s.buf[:])
+	s.ctr.XORKeyStream(s.buf[:], s.buf[:])
+	s.pos = 0
+}
+
+// Read fills p with the next len(p) bytes of the stream. It never fails.
+func (s *Stream) Read(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if s.pos == bufSize {
+			s.refill()
+		}
+		k := copy(p, s.buf[s.pos:])
+		s.pos += k
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// Uint64 returns the next 8 bytes of the stream as a little-endian integer.
+func (s *Stream) Uint64() uint64 {
+	if s.pos+8 > bufSize {
+		var b [8]byte
+		s.Read(b[:])
+		return binary.LittleEndian.Uint64(b[:])
+	}
+	v := binary.LittleEndian.Uint64(s.buf[s.pos:])
+	s.pos += 8
+	return v
+}
+
+// Fill sets every element of u to the next Uint64 of the stream.
+func (s *Stream) Fill(u []uint64) {
+	for len(u) > 0 {
+		if s.pos+8 > bufSize {
+			if s.pos != bufSize {
+				u[0] = s.Uint64()
+				u = u[1:]
+				continue
+			}
+			s.refill()
+		}
+		k := min(len(u), (bufSize-s.pos)/8)
+		b := s.buf[s.pos : s.pos+8*k]
+		for i := range k {
+			u[i] = binary.LittleEndian.Uint64(b[8*i:])
+		}
+		s.pos += 8 * k
+		u = u[k:]
+	}
+}
+
+// Float64 returns a uniform number in [0, 1) with 53 random bits.
+func (s *Stream) Float64() float64 {
+	return float64(s.Uint64()>>11) * 0x1p-53
+}
+
+// Uint64n returns a uniform integer in [0, n), exactly, by rejection. n must be > 0.
+func (s *Stream) Uint64n(n uint64) uint64 {
+	// Lemire's multiply-and-reject: unbiased for every n.
+	for {
+		hi, lo := bits.Mul64(s.Uint64(), n)
+		if lo >= -n%n {
+			return hi
+		}
+	}
+}
+
+// NormFloat64 returns a standard normal variate (Marsaglia's polar method).
+func (s *Stream) NormFloat64() float64 {
+	for {
+		u := 2*s.Float64() - 1
+		v := 2*s.Float64() - 1
+		q := u*u + v*v
+		if q > 0 && q < 1 {
+			return u * math.Sqrt(-2*math.Log(q)/q)
+		}
+	}
+}
+
+// ExpFloat64 returns an exponential variate with mean 1.
+func (s *Stream) ExpFloat64() float64 {
+	return -math.Log1p(-s.Float64())
+}
