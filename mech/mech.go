@@ -1,0 +1,246 @@
+// Package mech holds fedpq's privacy and compression mechanisms behind one
+// two-sided contract: what runs on a client (Encode: clip, quantize, privatize,
+// bit-pack) and what runs on the server (a streaming Sum that decodes each
+// message as it arrives and keeps memory independent of the number of
+// clients). The simulation and the real server call the same code.
+//
+// A mechanism works on one tensor at a time: a vector of parameters clipped to
+// a public Range. The randomness it may use is handed to it in a Slot: the
+// client's private coins, and, depending on its Coupling, bits shared with a
+// partner, a group, or the server.
+package mech
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/fedpq/fedpq/corr"
+)
+
+// Range is the public clipping interval [Center-Radius, Center+Radius] of one
+// tensor. Inputs outside it are clipped before they are quantized.
+type Range struct {
+	Center, Radius float64
+}
+
+// Validate reports a Range that no mechanism can use.
+func (r Range) Validate() error {
+	if math.IsNaN(r.Center) || math.IsInf(r.Center, 0) {
+		return fmt.Errorf("mech: range center %v is not finite", r.Center)
+	}
+	if !(r.Radius > 0) || math.IsInf(r.Radius, 0) {
+		return fmt.Errorf("mech: range radius %v must be positive and finite", r.Radius)
+	}
+	return nil
+}
+
+// Clip returns w moved into the range.
+func (r Range) Clip(w float64) float64 {
+	return min(max(w, r.Center-r.Radius), r.Center+r.Radius)
+}
+
+// Coupling is the randomness a client's encoder shares with others.
+type Coupling int
+
+const (
+	// Independent mechanisms use the client's private coins only.
+	Independent Coupling = iota
+	// Paired mechanisms (corbin, augcorbin, coq) share bits with one partner,
+	// which the server never sees. A client without a partner is Alone.
+	Paired
+	// Grouped mechanisms (cq) share bits with every client of the round.
+	Grouped
+	// Dithered mechanisms (sdq, jopeq) share a dither with the server, which
+	// subtracts it when it decodes.
+	Dithered
+)
+
+func (c Coupling) String() string {
+	switch c {
+	case Independent:
+		return "independent"
+	case Paired:
+		return "paired"
+	case Grouped:
+		return "grouped"
+	case Dithered:
+		return "dithered"
+	}
+	return fmt.Sprintf("Coupling(%d)", int(c))
+}
+
+// Role is a client's part in a pair.
+type Role uint8
+
+const (
+	Alone Role = iota
+	Leader
+	Follower
+)
+
+func (r Role) String() string {
+	return [...]string{"alone", "leader", "follower"}[r]
+}
+
+// Slot is one client's randomness for one round. Streams are consumed in
+// order, tensor after tensor, so a client and whoever shares its bits must
+// encode the same tensors in the same order.
+type Slot struct {
+	// Private holds the client's own coins; nobody else can reproduce them.
+	Private corr.Source
+	// Shared holds bits shared with the partner (Paired), the whole group
+	// (Grouped) or the server (Dithered). Nil when the client is Alone.
+	Shared corr.Source
+	// Role is the client's part in a pair; Alone for unpaired clients.
+	Role Role
+	// Index and Size place the client in its group (Grouped only):
+	// 0 <= Index < Size, and the indices of a group are a permutation.
+	Index, Size int
+}
+
+// A Mechanism turns a client's parameters into a short private message and
+// messages back into an estimate of the mean. Implementations are safe for
+// concurrent use; their state lives in Slots and Sums.
+type Mechanism interface {
+	// Name is the name it is registered under.
+	Name() string
+	// Coupling is the randomness it shares.
+	Coupling() Coupling
+	// Alone is the fraction of clients that must quantize alone even when
+	// they could be paired (AugCorBin's gamma); 0 for the others.
+	Alone() float64
+	// Bits is the exact size, in bits, of the payload for n parameters.
+	Bits(n int) int
+	// Encode clips w to rg, encodes it and appends the payload to dst.
+	Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error)
+	// NewSum starts an empty streaming sum of n-parameter payloads under rg.
+	NewSum(n int, rg Range) (Sum, error)
+}
+
+// Sum is the server's side: it decodes payloads one at a time and keeps only
+// what the mean needs, in memory independent of how many it has seen.
+type Sum interface {
+	// Add validates and decodes one client's payload. For Dithered
+	// mechanisms s.Shared must be that client's dither stream; other
+	// mechanisms ignore s. A payload that fails validation leaves the
+	// sum unchanged.
+	Add(payload []byte, s Slot) error
+	// Count is the number of payloads added.
+	Count() int
+	// Mean writes the estimate of the mean of the clients' (clipped)
+	// parameters into dst, which must have length n.
+	Mean(dst []float64) error
+}
+
+// Variancer is implemented by mechanisms whose output has a closed-form
+// variance: Variance is Var[Q(w)] for one client with input w (clipped).
+type Variancer interface {
+	Variance(w float64, rg Range) float64
+}
+
+// PairVariancer is implemented by Paired mechanisms: PairVariance is
+// Var[Q1(w1) + Q2(w2)] for a leader with input w1 and a follower with w2.
+type PairVariancer interface {
+	PairVariance(w1, w2 float64, rg Range) float64
+}
+
+// Config holds every mechanism's settings; each reads the ones it needs.
+type Config struct {
+	Epsilon    float64 // privacy budget per parameter per round (PLDP)
+	Delta      float64 // gaussian: the delta of (eps, delta)-DP
+	SharedBits int     // corbin, augcorbin, coq: shared random bits per parameter (d)
+	Gamma      float64 // augcorbin: fraction of clients that quantize alone
+	Px         float64 // coq: bias of each shared coin
+	InputBits  int     // mvu: input resolution, 2^InputBits levels
+	BudgetBits int     // mvu: output bits per parameter
+	Rate       int     // sdq, jopeq, laplace+sdq: bits per parameter
+	Lattice    int     // sdq, jopeq, laplace+sdq: 1 scalar, 2 hexagonal
+	CacheDir   string  // mvu: directory of solved matrices ("" for the user cache)
+}
+
+// DefaultConfig returns the settings the papers use where they state them.
+func DefaultConfig() Config {
+	return Config{
+		Epsilon:    1,
+		Delta:      1e-5,
+		SharedBits: 5,
+		Gamma:      0.2,
+		Px:         0.5,
+		InputBits:  5,
+		BudgetBits: 2,
+		Rate:       4,
+		Lattice:    1,
+	}
+}
+
+// ValidateEpsilon is the common check of a privacy budget.
+func (c Config) ValidateEpsilon() error {
+	if !(c.Epsilon > 0) || math.IsInf(c.Epsilon, 0) {
+		return fmt.Errorf("mech: epsilon %v must be positive and finite", c.Epsilon)
+	}
+	return nil
+}
+
+// Info describes a registered mechanism.
+type Info struct {
+	Name    string
+	Summary string // one line for `fedpq mechanisms`
+	// LDP is true when the mechanism is eps-LDP per parameter against the
+	// server; false for compression-only and for not-formally-private variants.
+	LDP bool
+	New func(Config) (Mechanism, error)
+}
+
+var registry = map[string]Info{}
+
+// Register makes a mechanism available by name. It panics if the name is
+// taken: registration happens in init functions, and a clash is a bug.
+func Register(info Info) {
+	if _, dup := registry[info.Name]; dup {
+		panic("mech: Register called twice for " + info.Name)
+	}
+	registry[info.Name] = info
+}
+
+// ErrUnknown is returned by New for a name nobody registered.
+var ErrUnknown = errors.New("mech: unknown mechanism")
+
+// New returns the named mechanism with settings c.
+func New(name string, c Config) (Mechanism, error) {
+	info, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknown, name, Names())
+	}
+	return info.New(c)
+}
+
+// Lookup returns the Info of a registered mechanism.
+func Lookup(name string) (Info, bool) {
+	info, ok := registry[name]
+	return info, ok
+}
+
+// Names lists the registered mechanisms in a stable order.
+func Names() []string {
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// checkInput reports the first NaN or Inf in w: such an update is a bug or
+// an attack, and clipping it would hide that.
+func checkInput(w []float32) error {
+	for i, v := range w {
+		f := float64(v)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("mech: parameter %d is %v", i, v)
+		}
+	}
+	return nil
+}
+

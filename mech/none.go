@@ -1,0 +1,101 @@
+package mech
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+func init() {
+	Register(Info{
+		Name:    "none",
+		Summary: "no privacy, no compression: float32 per parameter (the reference)",
+		New:     func(Config) (Mechanism, error) { return none{}, nil },
+	})
+}
+
+// none sends each clipped parameter as a float32: 32 bits, no noise. Its
+// estimate of the mean is exact up to float32 rounding.
+type none struct{}
+
+func (none) Name() string       { return "none" }
+func (none) Coupling() Coupling { return Independent }
+func (none) Alone() float64     { return 0 }
+func (none) Bits(n int) int     { return 32 * n }
+
+func (none) Encode(dst []byte, w []float32, rg Range, _ Slot) ([]byte, error) {
+	if err := rg.Validate(); err != nil {
+		return dst, err
+	}
+	if err := checkInput(w); err != nil {
+		return dst, err
+	}
+	return appendFloats(dst, w, func(v float64) float64 { return rg.Clip(v) }), nil
+}
+
+func (none) NewSum(n int, rg Range) (Sum, error) { return newFloatSum(n, rg) }
+
+// appendFloats appends f(w[i]) as little-endian float32s.
+func appendFloats(dst []byte, w []float32, f func(float64) float64) []byte {
+	for _, v := range w {
+		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(float32(f(float64(v)))))
+	}
+	return dst
+}
+
+// floatSum adds payloads of little-endian float32s: the server side of every
+// mechanism whose message is the (noisy) value itself.
+type floatSum struct {
+	sum   []float64
+	count int
+}
+
+func newFloatSum(n int, rg Range) (*floatSum, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("mech: negative tensor size %d", n)
+	}
+	if err := rg.Validate(); err != nil {
+		return nil, err
+	}
+	return &floatSum{sum: make([]float64, n)}, nil
+}
+
+func (s *floatSum) Add(payload []byte, _ Slot) error {
+	if len(payload) != 4*len(s.sum) {
+		return fmt.Errorf("mech: payload is %d bytes, want %d for %d float32 parameters", len(payload), 4*len(s.sum), len(s.sum))
+	}
+	for i := range s.sum {
+		v := math.Float32frombits(binary.LittleEndian.Uint32(payload[4*i:]))
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("mech: payload parameter %d is %v", i, v)
+		}
+	}
+	for i := range s.sum {
+		s.sum[i] += float64(math.Float32frombits(binary.LittleEndian.Uint32(payload[4*i:])))
+	}
+	s.count++
+	return nil
+}
+
+func (s *floatSum) Count() int { return s.count }
+
+func (s *floatSum) Mean(dst []float64) error {
+	if err := checkMean(dst, len(s.sum), s.count); err != nil {
+		return err
+	}
+	for i, v := range s.sum {
+		dst[i] = v / float64(s.count)
+	}
+	return nil
+}
+
+// checkMean is the common precondition of Sum.Mean.
+func checkMean(dst []float64, n, count int) error {
+	if len(dst) != n {
+		return fmt.Errorf("mech: mean buffer has length %d, want %d", len(dst), n)
+	}
+	if count == 0 {
+		return fmt.Errorf("mech: mean of no payloads")
+	}
+	return nil
+}
