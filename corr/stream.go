@@ -13,7 +13,6 @@ import (
 	"crypto/cipher"
 	"encoding/binary"
 	"math"
-	"math/bits"
 )
 
 // bufSize is the number of keystream bytes produced per refill; large enough
@@ -95,17 +94,6 @@ func (s *Stream) Fill(u []uint64) {
 // Float64 returns a uniform number in [0, 1) with 53 random bits.
 func (s *Stream) Float64() float64 {
 	return float64(s.Uint64()>>11) * 0x1p-53
-}
-
-// Uint64n returns a uniform integer in [0, n), exactly, by rejection. n must be > 0.
-func (s *Stream) Uint64n(n uint64) uint64 {
-	// Lemire's multiply-and-reject: unbiased for every n.
-	for {
-		hi, lo := bits.Mul64(s.Uint64(), n)
-		if lo >= -n%n {
-			return hi
-		}
-	}
 }
 
 // NormFloat64 returns a standard normal variate (Marsaglia's polar method).

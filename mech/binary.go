@@ -1,0 +1,191 @@
+package mech
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Alpha is LDP-FL's alpha(eps) = (e^eps + 1) / (e^eps - 1): the factor by
+// which the binary quantizers' outputs c ± alpha*r exceed the clipping range.
+func Alpha(eps float64) float64 {
+	return 1 / math.Tanh(eps/2)
+}
+
+// binq holds the integer thresholds shared by every eps-LDP one-bit
+// quantizer (ldpq, corbin, augcorbin, coq). A client with input w sends +1
+// when a uniform 64-bit word V is below T(w), so P(+1 | w) = T(w) / 2^64
+// exactly: the probabilities are rationals the tests can check exactly.
+//
+// T runs linearly from lo at w = c-r to hi = 2^64 - lo at w = c+r, with lo
+// the smallest integer at least 2^64/(e^eps+1) (plus a margin that covers
+// the float64 error of e^eps and the at most one unit that the coq
+// coupling adds), so hi/lo and (2^64-lo)/(2^64-hi) never exceed e^eps.
+// The decoder maps +1 and -1 to c ± out with out = r * 2^64/(hi-lo) (a hair
+// above alpha*r), which makes E[output] = w up to the float64 rounding of T.
+type binq struct {
+	c, r       float64
+	off, scale float64 // x = (w + off) * scale maps the range onto [0, 1]
+	lo, hi     uint64
+	span       uint64  // hi - lo
+	out        float64 // outputs are c+out (bit 1) and c-out (bit 0)
+}
+
+func newBinq(eps float64, rg Range) (binq, error) {
+	if !(eps > 0) || math.IsInf(eps, 0) {
+		return binq{}, fmt.Errorf("mech: epsilon %v must be positive and finite", eps)
+	}
+	if err := rg.Validate(); err != nil {
+		return binq{}, err
+	}
+	x := 0x1p64 / (math.Exp(eps) + 1) * (1 + 0x1p-45)
+	if !(x < 0x1p63*(1-0x1p-40)) {
+		return binq{}, fmt.Errorf("mech: epsilon %v is too small for 64-bit thresholds", eps)
+	}
+	lo := uint64(math.Ceil(x)) + 2
+	hi := -lo // 2^64 - lo
+	return binq{c: rg.Center, r: rg.Radius, off: rg.Radius - rg.Center, scale: 1 / (2 * rg.Radius),
+		lo: lo, hi: hi, span: hi - lo, out: rg.Radius * 0x1p64 / float64(hi-lo)}, nil
+}
+
+// threshold returns T(w) for a finite w, clipping w to the range:
+// T = lo + floor(span * f / 2^62) with f = x*2^62 the input's position in the
+// range as a 62-bit fraction, so T is exactly lo at the bottom of the range
+// and exactly hi at the top, and keeps the 53 bits a float64 holds between.
+func (b *binq) threshold(w float32) uint64 {
+	x := (float64(w) + b.off) * b.scale
+	f := uint64(int64(min(max(x, 0), 1) * 0x1p62))
+	hi, lo := bits.Mul64(b.span, f)
+	return b.lo + (hi<<2 | lo>>62)
+}
+
+// p1 is P(+1 | w) as a float64 (for closed-form variances).
+func (b *binq) p1(w float64) float64 {
+	return float64(b.threshold(float32(w))) * 0x1p-64
+}
+
+// variance is Var[Q(w)] of one client: out^2 - (E[Q]-c)^2.
+func (b *binq) variance(w float64) float64 {
+	m := b.out * (2*b.p1(w) - 1)
+	return b.out*b.out - m*m
+}
+
+// chunk is the number of parameters encoded per batch of random words.
+const chunk = 256
+
+// encode appends the 1-bit payload of w. fill writes one uniform word V per
+// parameter of the batch; bit i is 1 iff V[i] < T(w[i]).
+func (b *binq) encode(dst []byte, w []float32, fill func(v []uint64)) []byte {
+	var v [chunk]uint64
+	for len(w) > 0 {
+		n := min(len(w), chunk)
+		fill(v[:n])
+		dst = packBelow(dst, w[:n], v[:n], b)
+		w = w[n:]
+	}
+	return dst
+}
+
+// packBelow appends the bits [v[i] < T(w[i])], least significant first. All
+// batches but the last are multiples of 64 parameters, so bytes never straddle.
+// The comparison is the borrow of v - T: no branch on a coin flip.
+func packBelow(dst []byte, w []float32, v []uint64, b *binq) []byte {
+	for len(w) > 0 {
+		n := min(len(w), 64)
+		var word uint64
+		for i, x := range w[:n] {
+			_, below := bits.Sub64(v[i], b.threshold(x), 0)
+			word |= below << i
+		}
+		for k := 0; k < (n+7)/8; k++ {
+			dst = append(dst, byte(word>>(8*k)))
+		}
+		w, v = w[n:], v[n:]
+	}
+	return dst
+}
+
+// bitSum is the server side of every one-bit mechanism: it counts, per
+// coordinate, the clients that sent 1. Counting goes eight coordinates per
+// addition: each payload byte is spread to eight 8-bit lanes of a word, and
+// the lanes are flushed to 32-bit counters before they can overflow.
+type bitSum struct {
+	n         int
+	zero, one float64 // decoded values of bits 0 and 1
+	lanes     []uint64
+	counts    []uint32
+	pending   int // payloads in lanes since the last flush
+	count     int
+}
+
+// spread[b] has byte k equal to bit k of b.
+var spread = func() (t [256]uint64) {
+	for b := range 256 {
+		for k := range 8 {
+			t[b] |= uint64(b>>k&1) << (8 * k)
+		}
+	}
+	return t
+}()
+
+func newBitSum(n int, zero, one float64) (*bitSum, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("mech: negative tensor size %d", n)
+	}
+	return &bitSum{n: n, zero: zero, one: one, lanes: make([]uint64, (n+7)/8), counts: make([]uint32, n)}, nil
+}
+
+// checkBits validates a payload of n one-bit fields.
+func checkBits(payload []byte, n int) error {
+	if want := (n + 7) / 8; len(payload) != want {
+		return fmt.Errorf("mech: payload is %d bytes, want %d for %d one-bit parameters", len(payload), want, n)
+	}
+	if pad := n % 8; pad != 0 && payload[len(payload)-1]>>pad != 0 {
+		return fmt.Errorf("mech: payload has nonzero padding after %d one-bit parameters", n)
+	}
+	return nil
+}
+
+func (s *bitSum) Add(payload []byte, _ Slot) error {
+	if err := checkBits(payload, s.n); err != nil {
+		return err
+	}
+	lanes := s.lanes[:len(payload)]
+	for i, b := range payload {
+		lanes[i] += spread[b]
+	}
+	s.count++
+	if s.pending++; s.pending == 255 {
+		s.flush()
+	}
+	return nil
+}
+
+func (s *bitSum) flush() {
+	for i, l := range s.lanes {
+		if l == 0 {
+			continue
+		}
+		c := s.counts[8*i : min(8*i+8, s.n)]
+		for k := range c {
+			c[k] += uint32(l >> (8 * k) & 0xff)
+		}
+		s.lanes[i] = 0
+	}
+	s.pending = 0
+}
+
+func (s *bitSum) Count() int { return s.count }
+
+func (s *bitSum) Mean(dst []float64) error {
+	if err := checkMean(dst, s.n, s.count); err != nil {
+		return err
+	}
+	s.flush()
+	inv := 1 / float64(s.count)
+	for i, c := range s.counts {
+		f := float64(c) * inv
+		dst[i] = s.one*f + s.zero*(1-f)
+	}
+	return nil
+}
