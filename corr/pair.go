@@ -52,8 +52,8 @@ const PublicKeyBytes = 32
 
 // Pair is what two partners share in one round.
 type Pair struct {
-	secret   []byte
-	round    uint64
+	secret    []byte
+	round     uint64
 	low, high uint64 // the two client ids, ordered
 }
 

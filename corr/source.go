@@ -12,6 +12,8 @@ type Source interface {
 	Uint64() uint64
 	// Fill sets every element of u to the next word.
 	Fill(u []uint64)
+	// Fill32 sets every element of u to the next 32-bit word.
+	Fill32(u []uint32)
 }
 
 // Bytes is a Source that replays a fixed buffer, 8 bytes per word,
@@ -20,10 +22,10 @@ type Bytes struct {
 	b []byte
 }
 
-// NewBytes returns a Source over b, whose length must be a multiple of 8.
+// NewBytes returns a Source over b, whose length must be a multiple of 4.
 func NewBytes(b []byte) (*Bytes, error) {
-	if len(b)%8 != 0 {
-		return nil, fmt.Errorf("corr: shared bits buffer of %d bytes is not a whole number of 64-bit words", len(b))
+	if len(b)%4 != 0 {
+		return nil, fmt.Errorf("corr: shared bits buffer of %d bytes is not a whole number of 32-bit words", len(b))
 	}
 	return &Bytes{b: b}, nil
 }
@@ -43,8 +45,16 @@ func (s *Bytes) Fill(u []uint64) {
 	s.b = s.b[8*len(u):]
 }
 
-// Remaining is the number of unread words.
-func (s *Bytes) Remaining() int { return len(s.b) / 8 }
+// Fill32 sets every element of u to the next 32-bit word.
+func (s *Bytes) Fill32(u []uint32) {
+	for i := range u {
+		u[i] = binary.LittleEndian.Uint32(s.b[4*i:])
+	}
+	s.b = s.b[4*len(u):]
+}
+
+// Remaining is the number of unread bytes.
+func (s *Bytes) Remaining() int { return len(s.b) }
 
 // BitReader hands out a Source's bits a few at a time, in order, so that d
 // shared bits per parameter cost exactly d bits of the source, not a word.

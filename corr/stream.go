@@ -13,6 +13,8 @@ import (
 	"crypto/cipher"
 	"encoding/binary"
 	"math"
+	"math/bits"
+	"unsafe"
 )
 
 // bufSize is the number of keystream bytes produced per refill; large enough
@@ -45,15 +47,21 @@ func (s *Stream) refill() {
 }
 
 // Read fills p with the next len(p) bytes of the stream. It never fails.
+// Long reads run the cipher straight into p.
 func (s *Stream) Read(p []byte) (int, error) {
 	n := len(p)
-	for len(p) > 0 {
-		if s.pos == bufSize {
-			s.refill()
-		}
-		k := copy(p, s.buf[s.pos:])
-		s.pos += k
-		p = p[k:]
+	k := copy(p, s.buf[s.pos:])
+	s.pos += k
+	p = p[k:]
+	if len(p) >= bufSize {
+		whole := len(p) - len(p)%bufSize
+		clear(p[:whole])
+		s.ctr.XORKeyStream(p[:whole], p[:whole])
+		p = p[whole:]
+	}
+	if len(p) > 0 {
+		s.refill()
+		s.pos = copy(p, s.buf[:])
 	}
 	return n, nil
 }
@@ -72,24 +80,37 @@ func (s *Stream) Uint64() uint64 {
 
 // Fill sets every element of u to the next Uint64 of the stream.
 func (s *Stream) Fill(u []uint64) {
-	for len(u) > 0 {
-		if s.pos+8 > bufSize {
-			if s.pos != bufSize {
-				u[0] = s.Uint64()
-				u = u[1:]
-				continue
-			}
-			s.refill()
+	if len(u) == 0 {
+		return
+	}
+	s.Read(unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), 8*len(u)))
+	if !littleEndian {
+		for i, v := range u {
+			u[i] = bits.ReverseBytes64(v)
 		}
-		k := min(len(u), (bufSize-s.pos)/8)
-		b := s.buf[s.pos : s.pos+8*k]
-		for i := range k {
-			u[i] = binary.LittleEndian.Uint64(b[8*i:])
-		}
-		s.pos += 8 * k
-		u = u[k:]
 	}
 }
+
+// Fill32 sets every element of u to the next 4 bytes of the stream, as a
+// little-endian integer.
+func (s *Stream) Fill32(u []uint32) {
+	if len(u) == 0 {
+		return
+	}
+	s.Read(unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), 4*len(u)))
+	if !littleEndian {
+		for i, v := range u {
+			u[i] = bits.ReverseBytes32(v)
+		}
+	}
+}
+
+// littleEndian is whether words in memory are little-endian, in which case
+// the stream's bytes are its words as they stand.
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 // Float64 returns a uniform number in [0, 1) with 53 random bits.
 func (s *Stream) Float64() float64 {

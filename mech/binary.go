@@ -1,6 +1,7 @@
 package mech
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -73,34 +74,61 @@ func (b *binq) variance(w float64) float64 {
 // chunk is the number of parameters encoded per batch of random words.
 const chunk = 256
 
-// encode appends the 1-bit payload of w. fill writes one uniform word V per
-// parameter of the batch; bit i is 1 iff V[i] < T(w[i]).
+// encode appends the 1-bit payload of w, using 64-bit random words: fill
+// writes one uniform word V per parameter of the batch, and bit i is 1 iff
+// V[i] < T(w[i]).
 func (b *binq) encode(dst []byte, w []float32, fill func(v []uint64)) []byte {
 	var v [chunk]uint64
 	for len(w) > 0 {
 		n := min(len(w), chunk)
 		fill(v[:n])
-		dst = packBelow(dst, w[:n], v[:n], b)
+		for k := 0; k < n; k += 64 {
+			var word uint64
+			for i, x := range w[k:min(n, k+64)] {
+				_, below := bits.Sub64(v[k+i], b.threshold(x), 0)
+				word |= below << i
+			}
+			dst = appendWord(dst, word, min(n-k, 64))
+		}
 		w = w[n:]
 	}
 	return dst
 }
 
-// packBelow appends the bits [v[i] < T(w[i])], least significant first. All
-// batches but the last are multiples of 64 parameters, so bytes never straddle.
-// The comparison is the borrow of v - T: no branch on a coin flip.
-func packBelow(dst []byte, w []float32, v []uint64, b *binq) []byte {
+// encode32 is encode with the random word drawn half at a time: fill
+// writes the top 32 bits of each V, and only when they equal the top half of
+// T (probability 2^-32) does low draw the bottom 32. The bit is [V < T] all
+// the same, for half the randomness.
+func (b *binq) encode32(dst []byte, w []float32, fill func(v []uint32), low func() uint32) []byte {
+	var v [chunk]uint32
 	for len(w) > 0 {
-		n := min(len(w), 64)
-		var word uint64
-		for i, x := range w[:n] {
-			_, below := bits.Sub64(v[i], b.threshold(x), 0)
-			word |= below << i
+		n := min(len(w), chunk)
+		fill(v[:n])
+		for k := 0; k < n; k += 64 {
+			var word uint64
+			for i, x := range w[k:min(n, k+64)] {
+				t := b.threshold(x)
+				top := uint32(t >> 32)
+				_, below := bits.Sub32(v[k+i], top, 0)
+				if v[k+i] == top {
+					_, below = bits.Sub32(low(), uint32(t), 0)
+				}
+				word |= uint64(below) << i
+			}
+			dst = appendWord(dst, word, min(n-k, 64))
 		}
-		for k := 0; k < (n+7)/8; k++ {
-			dst = append(dst, byte(word>>(8*k)))
-		}
-		w, v = w[n:], v[n:]
+		w = w[n:]
+	}
+	return dst
+}
+
+// appendWord appends the bytes holding the first n bits of word.
+func appendWord(dst []byte, word uint64, n int) []byte {
+	if n == 64 {
+		return binary.LittleEndian.AppendUint64(dst, word)
+	}
+	for k := 0; k < (n+7)/8; k++ {
+		dst = append(dst, byte(word>>(8*k)))
 	}
 	return dst
 }

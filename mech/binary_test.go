@@ -221,28 +221,25 @@ func TestCorBinHalvesVariance(t *testing.T) {
 	}
 }
 
-// TestCoQHalfIsCorBin: with px = 1/2 the codebook is uniform, K = d, and coq
-// must produce corbin's bits exactly from the same streams.
+// TestCoQHalfIsCorBin: with px = 1/2 the codebook is uniform and K = d, so
+// coq's cells must be corbin's exactly, and so must its pair variance.
 func TestCoQHalfIsCorBin(t *testing.T) {
 	rg := Range{Center: 0, Radius: 0.3}
-	w := make([]float32, 5000)
-	src := stream("inputs")
-	for i := range w {
-		w[i] = float32(0.7 * (src.Float64() - 0.5))
-	}
 	for _, d := range []int{1, 5, 9} {
 		c := Config{Epsilon: 1, SharedBits: d, Px: 0.5}
 		cb, _ := New("corbin", c)
 		cq, _ := New("coq", c)
-		for _, role := range []Role{Leader, Follower, Alone} {
-			slot := func() Slot { return Slot{Private: stream("p", uint64(d)), Shared: stream("s", uint64(d)), Role: role} }
-			a, err1 := cb.Encode(nil, w, rg, slot())
-			b, err2 := cq.Encode(nil, w, rg, slot())
-			if err1 != nil || err2 != nil {
-				t.Fatal(err1, err2)
+		a, b := cb.(cellser).cells(), cq.(cellser).cells()
+		for s := range 1 << d {
+			as, aw := a.cell(s)
+			bs, bw := b.cell(s)
+			if as != bs || aw != bw || b.find(bs) != s || b.find(bs+bw-1) != s {
+				t.Fatalf("d=%d cell %d: coq (%d, %d), corbin (%d, %d)", d, s, bs, bw, as, aw)
 			}
-			if string(a) != string(b) {
-				t.Errorf("d=%d %v: coq(px=1/2) differs from corbin", d, role)
+		}
+		for _, ws := range [][2]float64{{0.3, 0.3}, {-0.1, 0.25}, {0, 0}} {
+			if x, y := cb.(PairVariancer).PairVariance(ws[0], ws[1], rg), cq.(PairVariancer).PairVariance(ws[0], ws[1], rg); x != y {
+				t.Errorf("d=%d %v: pair variance coq %v, corbin %v", d, ws, y, x)
 			}
 		}
 	}

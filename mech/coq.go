@@ -111,15 +111,24 @@ func (m *coq) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error) 
 	if err := checkInput(w); err != nil {
 		return dst, err
 	}
-	fill, err := pairedFill("coq", s, func(br *corr.BitReader, v []uint64) {
+	if s.Private == nil {
+		return dst, errNoPrivate("coq")
+	}
+	if err := checkPartner("coq", s); err != nil || s.Role == Alone {
+		return b.encode(dst, w, s.Private.Fill), err
+	}
+	br := corr.NewBitReader(s.Shared)
+	var flip uint64
+	if s.Role == Follower {
+		flip = ^uint64(0)
+	}
+	fill := func(v []uint64) {
+		s.Private.Fill(v)
 		for i := range v {
 			c := m.findShared(br.Bits(m.k))
 			hi, _ := bits.Mul64(v[i], m.width[c])
-			v[i] = m.start[c] + hi
+			v[i] = (m.start[c] + hi) ^ flip
 		}
-	})
-	if err != nil {
-		return dst, err
 	}
 	return b.encode(dst, w, fill), nil
 }

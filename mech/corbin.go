@@ -72,49 +72,43 @@ func (m corbin) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error
 	if err := checkInput(w); err != nil {
 		return dst, err
 	}
-	fill, err := pairedFill(m.name, s, func(br *corr.BitReader, v []uint64) {
-		d, k := m.d, 64-m.d
-		for i := range v {
-			v[i] = br.Bits(d)<<k | v[i]>>d
-		}
-	})
-	if err != nil {
-		return dst, err
+	if s.Private == nil {
+		return dst, errNoPrivate(m.name)
 	}
-	return b.encode(dst, w, fill), nil
+	low := func() uint32 { return uint32(s.Private.Uint64()) }
+	if err := checkPartner(m.name, s); err != nil || s.Role == Alone {
+		return b.encode32(dst, w, s.Private.Fill32, low), err
+	}
+	// V's top 32 bits: Z, then the top 32-d private bits; complemented for
+	// the follower. V's low 32 bits are private either way, drawn lazily.
+	br := corr.NewBitReader(s.Shared)
+	d := m.d
+	var flip uint32
+	if s.Role == Follower {
+		flip = ^uint32(0)
+	}
+	fill := func(v []uint32) {
+		s.Private.Fill32(v)
+		for i := range v {
+			v[i] = (uint32(br.Bits(d))<<(32-d) | v[i]>>d) ^ flip
+		}
+	}
+	return b.encode32(dst, w, fill, low), nil
 }
 
-// pairedFill returns the word source of a paired client: its private words
-// when Alone, else shared-cell words built by mix from the private words
-// already in v, complemented for the follower.
-func pairedFill(name string, s Slot, mix func(br *corr.BitReader, v []uint64)) (func([]uint64), error) {
-	if s.Private == nil {
-		return nil, fmt.Errorf("mech: %s: slot has no private randomness", name)
-	}
+// checkPartner validates a paired mechanism's slot: a known role, and
+// shared bits unless the client is alone.
+func checkPartner(name string, s Slot) error {
 	switch s.Role {
 	case Alone:
-		return s.Private.Fill, nil
+		return nil
 	case Leader, Follower:
-	default:
-		return nil, fmt.Errorf("mech: %s: invalid role %d", name, s.Role)
-	}
-	if s.Shared == nil {
-		return nil, fmt.Errorf("mech: %s: a %v needs bits shared with its partner", name, s.Role)
-	}
-	br := corr.NewBitReader(s.Shared)
-	var flip uint64
-	if s.Role == Follower {
-		flip = ^uint64(0)
-	}
-	return func(v []uint64) {
-		s.Private.Fill(v)
-		mix(br, v)
-		if flip != 0 {
-			for i := range v {
-				v[i] ^= flip
-			}
+		if s.Shared == nil {
+			return fmt.Errorf("mech: %s: a %v needs bits shared with its partner", name, s.Role)
 		}
-	}, nil
+		return nil
+	}
+	return fmt.Errorf("mech: %s: invalid role %d", name, s.Role)
 }
 
 func (m corbin) NewSum(n int, rg Range) (Sum, error) { return newBinarySum(m.eps, n, rg) }

@@ -1,6 +1,9 @@
 package mech
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 func init() {
 	Register(Info{
@@ -42,7 +45,10 @@ func (m ldpq) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error) 
 	if err := checkInput(w); err != nil {
 		return dst, err
 	}
-	return b.encode(dst, w, s.Private.Fill), nil
+	if s.Private == nil {
+		return dst, errNoPrivate("ldpq")
+	}
+	return b.encode32(dst, w, s.Private.Fill32, func() uint32 { return uint32(s.Private.Uint64()) }), nil
 }
 
 func (m ldpq) NewSum(n int, rg Range) (Sum, error) { return newBinarySum(m.eps, n, rg) }
@@ -62,4 +68,8 @@ func newBinarySum(eps float64, n int, rg Range) (Sum, error) {
 		return nil, err
 	}
 	return newBitSum(n, b.c-b.out, b.c+b.out)
+}
+
+func errNoPrivate(name string) error {
+	return fmt.Errorf("mech: %s: slot has no private randomness", name)
 }
