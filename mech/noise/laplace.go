@@ -29,8 +29,8 @@ const laplaceMaxV = 1 << 30
 // to a neighbouring integer. If two inputs are at most delta apart, their
 // possible n differ by at most Sensitivity(delta)/g, so Add is exactly
 // Epsilon(delta)-DP, where Epsilon(delta) = Sensitivity(delta)/Scale(). To
-// reach a target eps, choose a scale with Epsilon(delta) <= eps, for example
-// by growing the scale until it holds (the grid term is 2^-31 relative).
+// reach a target eps, grow the scale until IsPrivate(eps, delta) holds (the
+// grid adds about 2^-31 relative to the scale).
 // Adding noise from Sample to an input that is not on the grid gives no
 // such exact guarantee: use Add.
 type DiscreteLaplace struct {
@@ -87,9 +87,19 @@ func (l DiscreteLaplace) Sensitivity(delta float64) float64 {
 	return gridSensitivity(delta, l.g)
 }
 
-// Epsilon is the exact eps of Add for inputs at most delta apart.
+// Epsilon is the eps of Add for inputs at most delta apart: m/t for
+// m = Sensitivity(delta)/g, rounded once to a double. Use IsPrivate to
+// decide a target exactly.
 func (l DiscreteLaplace) Epsilon(delta float64) float64 {
 	return l.Sensitivity(delta) / l.Scale()
+}
+
+// IsPrivate reports exactly whether Add is eps-DP for inputs at most delta
+// apart, that is m <= eps*t: one fused multiply-add gives eps*t - m rounded
+// once, and rounding never changes the sign of a result.
+func (l DiscreteLaplace) IsPrivate(eps, delta float64) bool {
+	m := l.Sensitivity(delta) / l.g
+	return math.FMA(eps, float64(l.t), -m) >= 0
 }
 
 // Sample returns g*K.

@@ -105,6 +105,12 @@ func TestPMFRatios(t *testing.T) {
 	if eps := l.Epsilon(2); math.Abs(eps-float64(m)*l.Granularity()/l.Scale()) > 1e-15 || eps < 0.7*(1-1e-9) || eps > 0.7*(1+1e-9) {
 		t.Errorf("Epsilon(2) = %v, want %v = m/t ~ 0.7", eps, float64(m)/float64(l.t))
 	}
+	if l.IsPrivate(0.7, 2) {
+		t.Errorf("scale 2/0.7 passes IsPrivate(0.7, 2) although the grid adds a step to the sensitivity")
+	}
+	if l2, _ := NewLaplace(l.Sensitivity(2) / 0.7 * (1 + 0x1p-40)); !l2.IsPrivate(0.7, 2) {
+		t.Errorf("scale (sensitivity+grid)/eps fails IsPrivate")
+	}
 	for _, k := range []int64{-3 * m, -m, -1, 0, 5, m, 7 * m} {
 		if got := l.LogProb(k) - l.LogProb(k+m); got > l.Epsilon(2)*(1+1e-15) {
 			t.Errorf("laplace log ratio at %d: %v > eps %v", k, got, l.Epsilon(2))
