@@ -243,3 +243,10 @@ func checkInput(w []float32) error {
 	}
 	return nil
 }
+
+// SharedBitser is implemented by Paired mechanisms: SharedBits is the exact
+// number of bits of Slot.Shared a pair consumes for n parameters, which is
+// what the leader sends in the papers' transfer mode.
+type SharedBitser interface {
+	SharedBits(n int) int
+}

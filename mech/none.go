@@ -35,6 +35,9 @@ func (none) Encode(dst []byte, w []float32, rg Range, _ Slot) ([]byte, error) {
 
 func (none) NewSum(n int, rg Range) (Sum, error) { return newFloatSum(n, rg) }
 
+// Variance is 0: the only error is float32 rounding.
+func (none) Variance(float64, Range) float64 { return 0 }
+
 // appendFloats appends f(w[i]) as little-endian float32s.
 func appendFloats(dst []byte, w []float32, f func(float64) float64) []byte {
 	for _, v := range w {

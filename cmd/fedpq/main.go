@@ -1,0 +1,113 @@
+// Command fedpq is the command-line interface of fedpq: private,
+// communication-efficient federated learning.
+//
+// Usage:
+//
+//	fedpq <command> [flags]
+//
+// Run "fedpq help" for the commands and "fedpq <command> -h" for their flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+// command is one subcommand: its one-line summary and its entry point.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]command{}
+
+// order is the order commands are listed in help.
+var order = []string{"dme", "mechanisms"}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches args to a command and returns the process exit code:
+// 0 success, 1 failure, 2 bad usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "fedpq: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	err := cmd.run(ctx, args[1:], stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	}
+	fmt.Fprintf(stderr, "fedpq %s: %v\n", args[0], err)
+	return 1
+}
+
+// errUsage marks an error already reported with the command's usage.
+var errUsage = errors.New("usage")
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `fedpq: private, communication-efficient federated learning.
+
+Every client update leaves the client quantized to a few bits and locally
+differentially private; the server estimates the mean from the messages.
+
+Usage:
+  fedpq <command> [flags]
+
+Commands:
+`)
+	for _, name := range order {
+		fmt.Fprintf(w, "  %-12s %s\n", name, commands[name].summary)
+	}
+	fmt.Fprint(w, `
+Run "fedpq <command> -h" for the flags of a command.
+`)
+}
+
+// newFlags returns a FlagSet that prints its usage to stderr, with a
+// synopsis and description above the flag defaults.
+func newFlags(name, synopsis, description string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("fedpq "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: fedpq %s %s\n\n%s\nFlags:\n", name, synopsis, description)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args, turning a bad flag into errUsage (the FlagSet has
+// already printed why).
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "fedpq: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/fedpq/fedpq/mech"
+)
+
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = run(context.Background(), args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestDMEJSON(t *testing.T) {
+	code, out, errOut := runCLI("dme", "--mechanism", "corbin", "--clients", "20", "--dim", "200", "--trials", "2", "--format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, k := range []string{"mechanism", "epsilon", "clients", "dim", "trials", "mse", "mse_stderr", "mse_theory", "bias", "uplink_bits_per_param", "shared_setup_bytes_per_pair", "encode_mparams_per_s"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	if r["mechanism"] != "corbin" || r["uplink_bits_per_param"] != 1.0 || r["shared_setup_bytes_per_pair"] != 64.0 {
+		t.Errorf("unexpected result %v", r)
+	}
+}
+
+func TestDMETextAll(t *testing.T) {
+	code, out, errOut := runCLI("dme", "--clients", "10", "--dim", "64", "--trials", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, name := range mech.Names() {
+		if !strings.Contains(out, " "+name+" ") {
+			t.Errorf("table lacks %s:\n%s", name, out)
+		}
+	}
+}
+
+func TestMechanismsList(t *testing.T) {
+	code, out, _ := runCLI("mechanisms")
+	if code != 0 || !strings.Contains(out, "ldpq") || !strings.Contains(out, "corbin") {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"nonesuch"}, {"dme", "--nonesuch"}, {"dme", "extra"}} {
+		if code, _, _ := runCLI(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	for _, args := range [][]string{{"dme", "--mechanism", "nonesuch"}, {"dme", "--epsilon", "0", "--mechanism", "ldpq"}, {"dme", "--input", "zipf"}, {"dme", "--radius", "-1", "--mechanism", "ldpq"}, {"dme", "--format", "xml"}} {
+		code, _, errOut := runCLI(args...)
+		if code != 1 || !strings.HasPrefix(errOut, "fedpq dme: ") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	if code, out, _ := runCLI("help"); code != 0 || !strings.Contains(out, "dme") {
+		t.Errorf("help: exit %d", code)
+	}
+	if code, _, errOut := runCLI("dme", "-h"); code != 0 || !strings.Contains(errOut, "--epsilon") && !strings.Contains(errOut, "-epsilon") {
+		t.Errorf("dme -h: exit %d, %s", code, errOut)
+	}
+}

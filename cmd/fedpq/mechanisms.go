@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/fedpq/fedpq/mech"
+)
+
+func init() {
+	commands["mechanisms"] = command{
+		summary: "list the mechanisms, a line each",
+		run:     runMechanisms,
+	}
+}
+
+func runMechanisms(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("mechanisms", "", "Lists every mechanism fedpq implements: its name, whether it is eps-LDP, and\nwhat it does.\n", stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tLDP\tDESCRIPTION")
+	for _, name := range mech.Names() {
+		info, _ := mech.Lookup(name)
+		ldp := "no"
+		if info.LDP {
+			ldp = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, ldp, info.Summary)
+	}
+	return tw.Flush()
+}
