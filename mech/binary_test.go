@@ -413,3 +413,25 @@ func TestCQStratified(t *testing.T) {
 	}
 	within(t, "cq bias", bias, 0, 5*math.Sqrt(mse/dim))
 }
+
+// FuzzBitSumAdd: any bytes are either rejected or counted; never a panic,
+// and a rejected payload leaves the sum as it was.
+func FuzzBitSumAdd(f *testing.F) {
+	f.Add([]byte{0xff, 0x03}, 10)
+	f.Add([]byte{0xff, 0x07}, 10)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, payload []byte, n int) {
+		if n < 0 || n > 1<<14 {
+			return
+		}
+		m, _ := New("ldpq", Config{Epsilon: 1})
+		s, err := m.NewSum(n, Range{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Add(payload, Slot{})
+		if (err == nil) != (s.Count() == 1) {
+			t.Fatalf("Add returned %v with count %d", err, s.Count())
+		}
+	})
+}
