@@ -89,31 +89,19 @@ func TestUniformity(t *testing.T) {
 	}
 }
 
-func TestBitReader(t *testing.T) {
-	words := []byte{}
-	for i := range 4 {
-		words = binary.LittleEndian.AppendUint64(words, 0x0123456789abcdef*uint64(i+1))
+func TestBytes(t *testing.T) {
+	var b []byte
+	for i := range 3 {
+		b = binary.LittleEndian.AppendUint64(b, 0x0123456789abcdef*uint64(i+1))
 	}
-	src, err := NewBytes(words)
+	src, err := NewBytes(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewBitReader(src)
-	// Reassemble the bits from fields of widths 5, 7, 32, 1, 13, ... and compare.
-	var got []byte
-	var acc uint64
-	var n uint
-	for _, k := range []uint{5, 7, 32, 1, 13, 31, 3, 32, 17, 30, 29, 25, 11} {
-		acc |= r.Bits(k) << n
-		n += k
-		for n >= 8 {
-			got = append(got, byte(acc))
-			acc >>= 8
-			n -= 8
-		}
-	}
-	if !bytes.Equal(got, words[:len(got)]) {
-		t.Errorf("bit reader: got %x, want %x", got, words[:len(got)])
+	u := make([]uint64, 2)
+	src.Fill(u)
+	if u[1] != 2*0x0123456789abcdef || src.Uint64() != 3*0x0123456789abcdef || src.Remaining() != 0 {
+		t.Errorf("Bytes replayed %x", u)
 	}
 	if _, err := NewBytes(make([]byte, 6)); err == nil {
 		t.Error("6-byte buffer accepted")

@@ -55,31 +55,3 @@ func (s *Bytes) Fill32(u []uint32) {
 
 // Remaining is the number of unread bytes.
 func (s *Bytes) Remaining() int { return len(s.b) }
-
-// BitReader hands out a Source's bits a few at a time, in order, so that d
-// shared bits per parameter cost exactly d bits of the source, not a word.
-type BitReader struct {
-	src  Source
-	word uint64
-	left uint // unread bits in word
-}
-
-// NewBitReader returns a reader of src's bits, least significant first.
-func NewBitReader(src Source) *BitReader { return &BitReader{src: src} }
-
-// Bits returns the next k bits (1 <= k <= 32) as the low bits of a word.
-func (r *BitReader) Bits(k uint) uint64 {
-	if r.left < k {
-		v, got := r.word, r.left
-		r.word, r.left = r.src.Uint64(), 64
-		need := k - got
-		v |= (r.word & (1<<need - 1)) << got
-		r.word >>= need
-		r.left -= need
-		return v
-	}
-	v := r.word & (1<<k - 1)
-	r.word >>= k
-	r.left -= k
-	return v
-}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/fedpq/fedpq/corr"
 )
 
 // Alpha is LDP-FL's alpha(eps) = (e^eps + 1) / (e^eps - 1): the factor by
@@ -25,11 +27,11 @@ func Alpha(eps float64) float64 {
 // The decoder maps +1 and -1 to c ± out with out = r * 2^64/(hi-lo) (a hair
 // above alpha*r), which makes E[output] = w up to the float64 rounding of T.
 type binq struct {
-	c, r       float64
-	off, scale float64 // x = (w + off) * scale maps the range onto [0, 1]
-	lo, hi     uint64
-	span       uint64  // hi - lo
-	out        float64 // outputs are c+out (bit 1) and c-out (bit 0)
+	c, r   float64
+	a, b0  float64 // f = w*a + b0 maps the range onto [0, 2^62]
+	lo, hi uint64
+	span   uint64  // hi - lo
+	out    float64 // outputs are c+out (bit 1) and c-out (bit 0)
 }
 
 func newBinq(eps float64, rg Range) (binq, error) {
@@ -45,18 +47,24 @@ func newBinq(eps float64, rg Range) (binq, error) {
 	}
 	lo := uint64(math.Ceil(x)) + 2
 	hi := -lo // 2^64 - lo
-	return binq{c: rg.Center, r: rg.Radius, off: rg.Radius - rg.Center, scale: 1 / (2 * rg.Radius),
+	scale := 0x1p62 / (2 * rg.Radius)
+	return binq{c: rg.Center, r: rg.Radius, a: scale, b0: (rg.Radius - rg.Center) * scale,
 		lo: lo, hi: hi, span: hi - lo, out: rg.Radius * 0x1p64 / float64(hi-lo)}, nil
 }
 
 // threshold returns T(w) for a finite w, clipping w to the range:
-// T = lo + floor(span * f / 2^62) with f = x*2^62 the input's position in the
-// range as a 62-bit fraction, so T is exactly lo at the bottom of the range
+// T = lo + floor(span * f / 2^62) with f the input's position in the range
+// as a 62-bit fraction, so T is exactly lo at the bottom of the range
 // and exactly hi at the top, and keeps the 53 bits a float64 holds between.
 func (b *binq) threshold(w float32) uint64 {
-	x := (float64(w) + b.off) * b.scale
-	f := uint64(int64(min(max(x, 0), 1) * 0x1p62))
-	hi, lo := bits.Mul64(b.span, f)
+	x := float64(w)*b.a + b.b0
+	if x < 0 { // clipping is rare, so these branches are predictable
+		x = 0
+	}
+	if x > 0x1p62 {
+		x = 0x1p62
+	}
+	hi, lo := bits.Mul64(b.span, uint64(int64(x)))
 	return b.lo + (hi<<2 | lo>>62)
 }
 
@@ -98,28 +106,68 @@ func (b *binq) encode(dst []byte, w []float32, fill func(v []uint64)) []byte {
 // encode32 is encode with the random word drawn half at a time: fill
 // writes the top 32 bits of each V, and only when they equal the top half of
 // T (probability 2^-32) does low draw the bottom 32. The bit is [V < T] all
-// the same, for half the randomness.
-func (b *binq) encode32(dst []byte, w []float32, fill func(v []uint32), low func() uint32) []byte {
+// the same, for half the randomness. It checks w for NaN and Inf on the way,
+// which costs less than a pass of its own.
+func (b *binq) encode32(dst []byte, w []float32, fill func(v []uint32), low func() uint32) ([]byte, error) {
 	var v [chunk]uint32
 	for len(w) > 0 {
 		n := min(len(w), chunk)
 		fill(v[:n])
 		for k := 0; k < n; k += 64 {
-			var word uint64
-			for i, x := range w[k:min(n, k+64)] {
+			ws := w[k:min(n, k+64)]
+			vs := v[k : k+len(ws)]
+			var word, tie uint64
+			var bad uint32
+			for i, x := range ws {
+				bad |= (math.Float32bits(x)&0x7f800000 + 0x00800000) & 0x80000000 // NaN or Inf
 				t := b.threshold(x)
-				top := uint32(t >> 32)
-				_, below := bits.Sub32(v[k+i], top, 0)
-				if v[k+i] == top {
-					_, below = bits.Sub32(low(), uint32(t), 0)
+				top, r := t>>32, uint64(vs[i])
+				word |= (r - top) >> 63 << (uint(i) & 63) // r < top
+				if r == top {
+					tie |= 1 << (uint(i) & 63)
 				}
-				word |= uint64(below) << i
 			}
-			dst = appendWord(dst, word, min(n-k, 64))
+			if bad != 0 {
+				return dst, checkInput(ws)
+			}
+			for ; tie != 0; tie &= tie - 1 { // settle ties on the low halves
+				i := bits.TrailingZeros64(tie)
+				if uint64(low()) < b.threshold(ws[i])&0xffffffff {
+					word |= 1 << i
+				}
+			}
+			dst = appendWord(dst, word, len(ws))
 		}
 		w = w[n:]
 	}
-	return dst
+	return dst, nil
+}
+
+// sharedFields reads len(z) fields of k bits (1 <= k <= 32, len(z) <= chunk)
+// from src, least significant first, consuming exactly ceil(len(z)*k/64)
+// words: a pair's shared bits for one batch. Full batches take a whole
+// number of words, so a tensor takes ceil(n*k/64) words in all, the count
+// the transfer mode sends.
+func sharedFields(src corr.Source, z []uint32, k uint) {
+	var buf [chunk / 2]uint64
+	src.Fill(buf[:(len(z)*int(k)+63)/64])
+	k &= 63
+	mask := uint64(1)<<k - 1
+	acc, have, j := buf[0], uint(64), 1
+	for i := range z {
+		if have >= k {
+			z[i] = uint32(acc & mask)
+			acc >>= k
+			have -= k
+			continue
+		}
+		// The field straddles two words: its low bits end this one.
+		next := buf[j%len(buf)]
+		j++
+		z[i] = uint32((acc | next<<(have&63)) & mask)
+		acc = next >> ((k - have) & 63)
+		have += 64 - k
+	}
 }
 
 // appendWord appends the bytes holding the first n bits of word.

@@ -1,6 +1,7 @@
 package mech
 
 import (
+	"encoding/binary"
 	"math"
 	"math/big"
 	"testing"
@@ -434,4 +435,76 @@ func FuzzBitSumAdd(f *testing.F) {
 			t.Fatalf("Add returned %v with count %d", err, s.Count())
 		}
 	})
+}
+
+// TestSharedFields: fields are read least significant first across word
+// boundaries, and a batch consumes exactly ceil(n*k/64) words.
+func TestSharedFields(t *testing.T) {
+	for _, k := range []uint{1, 3, 5, 7, 13, 31, 32} {
+		for _, n := range []int{1, 63, 64, 200, chunk} {
+			words := make([]uint64, (n*int(k)+63)/64+1)
+			stream("fields").Fill(words)
+			var raw []byte
+			for _, w := range words {
+				raw = binary.LittleEndian.AppendUint64(raw, w)
+			}
+			src, _ := corr.NewBytes(raw)
+			z := make([]uint32, n)
+			sharedFields(src, z, k)
+			if src.Remaining() != 8 {
+				t.Fatalf("k=%d n=%d: %d bytes left, want one word", k, n, src.Remaining())
+			}
+			for i, v := range z {
+				var want uint32
+				for b := range k {
+					pos := uint(i)*k + b
+					want |= uint32(words[pos/64]>>(pos%64)&1) << b
+				}
+				if v != want {
+					t.Fatalf("k=%d n=%d field %d: %x, want %x", k, n, i, v, want)
+				}
+			}
+		}
+	}
+}
+
+// fixedSource returns the same words forever: it forces ties.
+type fixedSource struct {
+	hi32  uint32
+	low64 uint64
+}
+
+func (f fixedSource) Uint64() uint64 { return f.low64 }
+func (f fixedSource) Fill(u []uint64) {
+	for i := range u {
+		u[i] = f.low64
+	}
+}
+func (f fixedSource) Fill32(u []uint32) {
+	for i := range u {
+		u[i] = f.hi32
+	}
+}
+
+// TestTieBreak forces the 2^-32 event in which the top half of the random
+// word equals the top half of T, and checks the low half decides: the bit is
+// [V < T] for the full 64-bit V.
+func TestTieBreak(t *testing.T) {
+	rg := Range{Center: 0, Radius: 1}
+	b, _ := newBinq(1, rg)
+	w := float32(0.3)
+	T := b.threshold(w)
+	m, _ := New("ldpq", Config{Epsilon: 1})
+	for _, c := range []struct {
+		low  uint64
+		want byte
+	}{{T&0xffffffff - 1, 1}, {T & 0xffffffff, 0}, {T&0xffffffff + 1, 0}} {
+		p, err := m.Encode(nil, []float32{w}, rg, Slot{Private: fixedSource{hi32: uint32(T >> 32), low64: c.low}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p[0] != c.want {
+			t.Errorf("V = %x:%x, T = %x: bit %d, want %d", T>>32, c.low, T, p[0], c.want)
+		}
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-
-	"github.com/fedpq/fedpq/corr"
 )
 
 func init() {
@@ -117,15 +115,16 @@ func (m *coq) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error) 
 	if err := checkPartner("coq", s); err != nil || s.Role == Alone {
 		return b.encode(dst, w, s.Private.Fill), err
 	}
-	br := corr.NewBitReader(s.Shared)
 	var flip uint64
 	if s.Role == Follower {
 		flip = ^uint64(0)
 	}
+	var z [chunk]uint32
 	fill := func(v []uint64) {
 		s.Private.Fill(v)
+		sharedFields(s.Shared, z[:len(v)], m.k)
 		for i := range v {
-			c := m.findShared(br.Bits(m.k))
+			c := m.findShared(uint64(z[i]))
 			hi, _ := bits.Mul64(v[i], m.width[c])
 			v[i] = (m.start[c] + hi) ^ flip
 		}

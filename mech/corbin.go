@@ -3,8 +3,6 @@ package mech
 import (
 	"fmt"
 	"math"
-
-	"github.com/fedpq/fedpq/corr"
 )
 
 func init() {
@@ -69,31 +67,32 @@ func (m corbin) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error
 	if err != nil {
 		return dst, err
 	}
-	if err := checkInput(w); err != nil {
-		return dst, err
-	}
 	if s.Private == nil {
 		return dst, errNoPrivate(m.name)
 	}
 	low := func() uint32 { return uint32(s.Private.Uint64()) }
-	if err := checkPartner(m.name, s); err != nil || s.Role == Alone {
-		return b.encode32(dst, w, s.Private.Fill32, low), err
+	if err := checkPartner(m.name, s); err != nil {
+		return dst, err
+	}
+	if s.Role == Alone {
+		return b.encode32(dst, w, s.Private.Fill32, low)
 	}
 	// V's top 32 bits: Z, then the top 32-d private bits; complemented for
 	// the follower. V's low 32 bits are private either way, drawn lazily.
-	br := corr.NewBitReader(s.Shared)
 	d := m.d
 	var flip uint32
 	if s.Role == Follower {
 		flip = ^uint32(0)
 	}
+	var z [chunk]uint32
 	fill := func(v []uint32) {
 		s.Private.Fill32(v)
-		for i := range v {
-			v[i] = (uint32(br.Bits(d))<<(32-d) | v[i]>>d) ^ flip
+		sharedFields(s.Shared, z[:len(v)], d)
+		for i, zi := range z[:len(v)] {
+			v[i] = (zi<<(32-d) | v[i]>>d) ^ flip
 		}
 	}
-	return b.encode32(dst, w, fill, low), nil
+	return b.encode32(dst, w, fill, low)
 }
 
 // checkPartner validates a paired mechanism's slot: a known role, and

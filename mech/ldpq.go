@@ -42,13 +42,10 @@ func (m ldpq) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error) 
 	if err != nil {
 		return dst, err
 	}
-	if err := checkInput(w); err != nil {
-		return dst, err
-	}
 	if s.Private == nil {
 		return dst, errNoPrivate("ldpq")
 	}
-	return b.encode32(dst, w, s.Private.Fill32, func() uint32 { return uint32(s.Private.Uint64()) }), nil
+	return b.encode32(dst, w, s.Private.Fill32, func() uint32 { return uint32(s.Private.Uint64()) })
 }
 
 func (m ldpq) NewSum(n int, rg Range) (Sum, error) { return newBinarySum(m.eps, n, rg) }
