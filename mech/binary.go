@@ -9,12 +9,6 @@ import (
 	"github.com/fedpq/fedpq/corr"
 )
 
-// Alpha is LDP-FL's alpha(eps) = (e^eps + 1) / (e^eps - 1): the factor by
-// which the binary quantizers' outputs c ± alpha*r exceed the clipping range.
-func Alpha(eps float64) float64 {
-	return 1 / math.Tanh(eps/2)
-}
-
 // binq holds the integer thresholds shared by every eps-LDP one-bit
 // quantizer (ldpq, corbin, augcorbin, coq). A client with input w sends +1
 // when a uniform 64-bit word V is below T(w), so P(+1 | w) = T(w) / 2^64

@@ -7,9 +7,19 @@ import (
 	"testing"
 
 	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/privacy"
 )
 
 var testEps = []float64{0.01, 0.1, 0.5, 1, 2, 5, 10, 20, 40}
+
+// alpha is LDP-FL's alpha(eps) = (e^eps+1)/(e^eps-1).
+func alpha(eps float64) float64 {
+	a, err := privacy.Alpha(eps)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
 
 // TestBinqExactEpsilon checks, with exact rationals, that the thresholds the
 // one-bit quantizers use give an eps-LDP mechanism for every input on a fine
@@ -51,8 +61,8 @@ func TestBinqExactEpsilon(t *testing.T) {
 					t.Errorf("eps %v: extreme ratio %.15g is looser than e^eps %.15g", eps, tight, math.Exp(eps))
 				}
 			}
-			if a := b.out / rg.Radius; math.Abs(a/Alpha(eps)-1) > 1e-9 {
-				t.Errorf("eps %v: effective alpha %v, want %v", eps, a, Alpha(eps))
+			if a := b.out / rg.Radius; math.Abs(a/alpha(eps)-1) > 1e-9 {
+				t.Errorf("eps %v: effective alpha %v, want %v", eps, a, alpha(eps))
 			}
 		}
 	}
@@ -81,7 +91,7 @@ func TestLDPQUnbiasedVariance(t *testing.T) {
 			}
 			want := m.(Variancer).Variance(w, rg)
 			wc := rg.Clip(float64(float32(w))) - rg.Center
-			closed := Alpha(eps)*Alpha(eps)*rg.Radius*rg.Radius - wc*wc
+			closed := alpha(eps)*alpha(eps)*rg.Radius*rg.Radius - wc*wc
 			within(t, "closed-form variance", want, closed, 1e-9*closed)
 			checkMeanVar(t, "ldpq", x, rg.Center+wc, want)
 		}
@@ -208,7 +218,7 @@ func TestCorBinHalvesVariance(t *testing.T) {
 	rg := Range{Center: 0, Radius: 1}
 	m, _ := New("corbin", Config{Epsilon: 1, SharedBits: 12})
 	pv := m.(PairVariancer)
-	a2 := Alpha(1) * Alpha(1)
+	a2 := alpha(1) * alpha(1)
 	if v := pv.PairVariance(0.5, -0.5, rg); v > 1e-3*a2 {
 		t.Errorf("antithetic inputs: pair variance %v, want ~0", v)
 	}
