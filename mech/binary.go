@@ -74,7 +74,7 @@ func (b *binq) variance(w float64) float64 {
 }
 
 // chunk is the number of parameters encoded per batch of random words.
-const chunk = 256
+const chunk = 1024
 
 // encode appends the 1-bit payload of w, using 64-bit random words: fill
 // writes one uniform word V per parameter of the batch, and bit i is 1 iff
@@ -109,18 +109,7 @@ func (b *binq) encode32(dst []byte, w []float32, fill func(v []uint32), low func
 		fill(v[:n])
 		for k := 0; k < n; k += 64 {
 			ws := w[k:min(n, k+64)]
-			vs := v[k : k+len(ws)]
-			var word, tie uint64
-			var bad uint32
-			for i, x := range ws {
-				bad |= (math.Float32bits(x)&0x7f800000 + 0x00800000) & 0x80000000 // NaN or Inf
-				t := b.threshold(x)
-				top, r := t>>32, uint64(vs[i])
-				word |= (r - top) >> 63 << (uint(i) & 63) // r < top
-				if r == top {
-					tie |= 1 << (uint(i) & 63)
-				}
-			}
+			word, tie, bad := b.below32(ws, v[k:k+len(ws)])
 			if bad != 0 {
 				return dst, checkInput(ws)
 			}
@@ -135,6 +124,25 @@ func (b *binq) encode32(dst []byte, w []float32, fill func(v []uint32), low func
 		w = w[n:]
 	}
 	return dst, nil
+}
+
+// below32 compares up to 64 parameters' thresholds with the top halves of
+// their random words: bit i of word is [v[i] < T(w[i]) >> 32], bit i of tie
+// marks equality, and bad is nonzero if some w[i] is NaN or Inf. It makes
+// no calls, so its loop keeps everything in registers.
+//
+//go:noinline
+func (b *binq) below32(ws []float32, vs []uint32) (word, tie uint64, bad uint32) {
+	vs = vs[:len(ws)]
+	for i, x := range ws {
+		bad |= (math.Float32bits(x)&0x7f800000 + 0x00800000) & 0x80000000
+		top, r := b.threshold(x)>>32, uint64(vs[i])
+		word |= (r - top) >> 63 << (uint(i) & 63) // r < top
+		if r == top {
+			tie |= 1 << (uint(i) & 63)
+		}
+	}
+	return word, tie, bad
 }
 
 // sharedFields reads len(z) fields of k bits (1 <= k <= 32, len(z) <= chunk)
