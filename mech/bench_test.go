@@ -1,11 +1,66 @@
 package mech
 
 import (
+	"fmt"
 	"testing"
 )
 
 // benchDim is the tensor size of the benchmarks: a mid-size layer.
 const benchDim = 1 << 16
+
+// benchCase is one mechanism setting to benchmark.
+type benchCase struct {
+	name string
+	c    Config
+	role Role // Paired mechanisms: the role to encode as
+}
+
+// benchCases is every registered mechanism with its defaults, plus the
+// variants whose speed differs: a corbin follower, a biased coq codebook,
+// and the hexagonal lattice.
+func benchCases() []benchCase {
+	var cases []benchCase
+	for _, name := range Names() {
+		cases = append(cases, benchCase{name: name, c: DefaultConfig(), role: Leader})
+	}
+	follower := benchCase{name: "corbin", c: DefaultConfig(), role: Follower}
+	coq := benchCase{name: "coq", c: DefaultConfig(), role: Leader}
+	coq.c.Px = 0.3
+	cases = append(cases, follower, coq)
+	for _, name := range []string{"sdq", "jopeq", "jopeq-compat", "laplace+sdq"} {
+		hex := benchCase{name: name, c: DefaultConfig()}
+		hex.c.Lattice = 2
+		cases = append(cases, hex)
+	}
+	return cases
+}
+
+func (bc benchCase) String() string {
+	s := bc.name
+	switch {
+	case bc.name == "corbin" && bc.role == Follower:
+		s += "/follower"
+	case bc.name == "coq":
+		s += fmt.Sprintf("/px=%g", bc.c.Px)
+	case bc.c.Lattice == 2:
+		s += "/hex"
+	}
+	return s
+}
+
+// slot returns a client's randomness for the mechanism's coupling.
+func (bc benchCase) slot(m Mechanism) Slot {
+	s := Slot{Private: stream("bench-private")}
+	switch m.Coupling() {
+	case Paired:
+		s.Shared, s.Role = stream("bench-shared"), bc.role
+	case Grouped:
+		s.Shared, s.Index, s.Size = stream("bench-group"), 3, 100
+	case Dithered:
+		s.Shared = stream("bench-dither")
+	}
+	return s
+}
 
 func benchInput() []float32 {
 	src := stream("bench-input")
@@ -16,82 +71,58 @@ func benchInput() []float32 {
 	return w
 }
 
-func reportParams(b *testing.B, perOp int) {
-	b.ReportMetric(float64(perOp)*float64(b.N)/b.Elapsed().Seconds(), "params/s")
-}
-
-// benchEncode measures one client's Encode of benchDim parameters.
-func benchEncode(b *testing.B, name string, c Config, slot Slot) {
-	m, err := New(name, c)
-	if err != nil {
-		b.Fatal(err)
-	}
+// BenchmarkEncode measures one client's Encode of 2^16 parameters in
+// [-1, 1] (range 0±1, eps 1): params/s on one core, and bits/param sent.
+func BenchmarkEncode(b *testing.B) {
 	w := benchInput()
 	rg := Range{Center: 0, Radius: 1}
-	dst := make([]byte, 0, 8*benchDim)
-	b.SetBytes(4 * benchDim)
-	b.ResetTimer()
-	for range b.N {
-		if _, err := m.Encode(dst[:0], w, rg, slot); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range benchCases() {
+		b.Run(bc.String(), func(b *testing.B) {
+			m, err := New(bc.name, bc.c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			slot := bc.slot(m)
+			dst := make([]byte, 0, 8*benchDim)
+			b.ResetTimer()
+			for range b.N {
+				if _, err := m.Encode(dst[:0], w, rg, slot); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(benchDim)*float64(b.N)/b.Elapsed().Seconds(), "params/s")
+			b.ReportMetric(float64(m.Bits(benchDim))/benchDim, "bits/param")
+		})
 	}
-	reportParams(b, benchDim)
-	b.ReportMetric(float64(m.Bits(benchDim))/benchDim, "bits/param")
 }
 
-func BenchmarkEncodeLDPQ(b *testing.B) {
-	benchEncode(b, "ldpq", Config{Epsilon: 1}, Slot{Private: stream("p")})
-}
-
-func BenchmarkEncodeCorBinLeader(b *testing.B) {
-	benchEncode(b, "corbin", Config{Epsilon: 1, SharedBits: 5}, Slot{Private: stream("p"), Shared: stream("s"), Role: Leader})
-}
-
-func BenchmarkEncodeCorBinFollower(b *testing.B) {
-	benchEncode(b, "corbin", Config{Epsilon: 1, SharedBits: 5}, Slot{Private: stream("p"), Shared: stream("s"), Role: Follower})
-}
-
-func BenchmarkEncodeCoQ(b *testing.B) {
-	benchEncode(b, "coq", Config{Epsilon: 1, SharedBits: 5, Px: 0.3}, Slot{Private: stream("p"), Shared: stream("s"), Role: Leader})
-}
-
-func BenchmarkEncodeCQ(b *testing.B) {
-	benchEncode(b, "cq", Config{}, Slot{Private: stream("p"), Shared: stream("s"), Index: 3, Size: 100})
-}
-
-func BenchmarkEncodeNone(b *testing.B) {
-	benchEncode(b, "none", Config{}, Slot{})
-}
-
-// benchSum measures the server's decode and aggregation of one payload.
-func benchSum(b *testing.B, name string, c Config, slot Slot) {
-	m, err := New(name, c)
-	if err != nil {
-		b.Fatal(err)
-	}
+// BenchmarkSum measures the server's validation, decoding and aggregation
+// of one client's payload: client-params/s on one core.
+func BenchmarkSum(b *testing.B) {
+	w := benchInput()
 	rg := Range{Center: 0, Radius: 1}
-	payload, err := m.Encode(nil, benchInput(), rg, slot)
-	if err != nil {
-		b.Fatal(err)
+	for _, bc := range benchCases() {
+		b.Run(bc.String(), func(b *testing.B) {
+			m, err := New(bc.name, bc.c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			payload, err := m.Encode(nil, w, rg, bc.slot(m))
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum, err := m.NewSum(benchDim, rg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				// Dithered sums regenerate the client's dither from its slot.
+				if err := sum.Add(payload, bc.slot(m)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(benchDim)*float64(b.N)/b.Elapsed().Seconds(), "params/s")
+		})
 	}
-	sum, err := m.NewSum(benchDim, rg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for range b.N {
-		if err := sum.Add(payload, slot); err != nil {
-			b.Fatal(err)
-		}
-	}
-	reportParams(b, benchDim)
-}
-
-func BenchmarkSumOneBit(b *testing.B) {
-	benchSum(b, "ldpq", Config{Epsilon: 1}, Slot{Private: stream("p")})
-}
-
-func BenchmarkSumNone(b *testing.B) {
-	benchSum(b, "none", Config{}, Slot{})
 }

@@ -317,8 +317,3 @@ func FuzzJoPEQSumAdd(f *testing.F) {
 		}
 	})
 }
-
-func BenchmarkJoPEQScalar(b *testing.B)       { latBench(b, "jopeq", 1) }
-func BenchmarkJoPEQHex(b *testing.B)          { latBench(b, "jopeq", 2) }
-func BenchmarkJoPEQCompatScalar(b *testing.B) { latBench(b, "jopeq-compat", 1) }
-func BenchmarkJoPEQCompatHex(b *testing.B)    { latBench(b, "jopeq-compat", 2) }

@@ -45,6 +45,3 @@ func TestLaplaceSDQGuaranteeAndMoments(t *testing.T) {
 		}
 	}
 }
-
-func BenchmarkLaplaceSDQScalar(b *testing.B) { latBench(b, "laplace+sdq", 1) }
-func BenchmarkLaplaceSDQHex(b *testing.B)    { latBench(b, "laplace+sdq", 2) }

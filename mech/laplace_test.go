@@ -49,5 +49,3 @@ func TestLaplaceCalibration(t *testing.T) {
 		t.Errorf("laplace: coupling %v, Bits(3) = %d", m.Coupling(), m.Bits(3))
 	}
 }
-
-func BenchmarkLaplace(b *testing.B) { benchGrid(b, "laplace", Config{Epsilon: 1}) }

@@ -267,32 +267,3 @@ func FuzzMVUSumAdd(f *testing.F) {
 }
 
 const mvuBenchN = 1 << 16
-
-func BenchmarkMVUEncode(b *testing.B) {
-	q := mvuTestMech(b, 1, 5, 2)
-	w := make([]float32, mvuBenchN)
-	for i := range w {
-		w[i] = float32(math.Sin(float64(i)))
-	}
-	s := Slot{Private: mvuStream(5)}
-	var buf []byte
-	b.ResetTimer()
-	for range b.N {
-		buf, _ = q.Encode(buf[:0], w, Range{0, 1}, s)
-	}
-	b.ReportMetric(float64(mvuBenchN*b.N)/b.Elapsed().Seconds(), "params/s")
-}
-
-func BenchmarkMVUSum(b *testing.B) {
-	q := mvuTestMech(b, 1, 5, 2)
-	w := make([]float32, mvuBenchN)
-	msg, _ := q.Encode(nil, w, Range{0, 1}, Slot{Private: mvuStream(6)})
-	sum, _ := q.NewSum(mvuBenchN, Range{0, 1})
-	b.ResetTimer()
-	for range b.N {
-		if err := sum.Add(msg, Slot{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(mvuBenchN*b.N)/b.Elapsed().Seconds(), "params/s")
-}

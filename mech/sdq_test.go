@@ -253,39 +253,3 @@ func FuzzSDQSumAdd(f *testing.F) {
 		}
 	})
 }
-
-// latBench measures encode and sum throughput in parameters per second.
-func latBench(b *testing.B, name string, dim int) {
-	const n = 1 << 14
-	m := latNew(b, name, 1, 4, dim)
-	rg := Range{Center: 0, Radius: 1}
-	w := make([]float32, n)
-	for i := range w {
-		w[i] = float32(math.Sin(float64(i)))
-	}
-	b.Run("encode", func(b *testing.B) {
-		s := Slot{Private: latStream(6, 0), Shared: latStream(6, 1)}
-		var buf []byte
-		for b.Loop() {
-			buf, _ = m.Encode(buf[:0], w, rg, s)
-		}
-		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "params/s")
-	})
-	b.Run("sum", func(b *testing.B) {
-		payload, err := m.Encode(nil, w, rg, Slot{Private: latStream(6, 0), Shared: latStream(6, 1)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		sum, _ := m.NewSum(n, rg)
-		s := Slot{Shared: latStream(6, 2)}
-		for b.Loop() {
-			if err := sum.Add(payload, s); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "params/s")
-	})
-}
-
-func BenchmarkSDQScalar(b *testing.B) { latBench(b, "sdq", 1) }
-func BenchmarkSDQHex(b *testing.B)    { latBench(b, "sdq", 2) }
