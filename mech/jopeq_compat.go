@@ -142,7 +142,7 @@ func (m *compatScalar) NewSum(n int, rg Range) (Sum, error) {
 	if err := rg.Validate(); err != nil {
 		return nil, err
 	}
-	return &compatSum{n: n, dim: 1, width: m.rate + 1, limit: uint32(1)<<m.rate + 1, sum: make([]float64, n),
+	return &compatSum{n: n, dim: 1, width: m.rate + 1, limit: uint32(1)<<m.rate + 1, meanSum: meanSum{sum: make([]float64, n)},
 		decode: func(f []uint32, d *wordReader) (float64, float64) {
 			k := float64(int64(f[0]) - int64(1)<<(m.rate-1))
 			return (k - (unitFloat(d.next()) - 0.5)) * m.step, 0
@@ -313,7 +313,7 @@ func (m *compatHex) NewSum(n int, rg Range) (Sum, error) {
 		return nil, err
 	}
 	half := int64(1) << (m.rate - 1)
-	return &compatSum{n: n, dim: 2, width: m.rate + 1, limit: uint32(1)<<m.rate + 1, sum: make([]float64, n),
+	return &compatSum{n: n, dim: 2, width: m.rate + 1, limit: uint32(1)<<m.rate + 1, meanSum: meanSum{sum: make([]float64, n)},
 		decode: func(f []uint32, d *wordReader) (float64, float64) {
 			k1, k2 := float64(int64(f[0])-half), float64(int64(f[1])-half)
 			dx, dy := m.dither(d.next(), d.next())
@@ -328,8 +328,7 @@ type compatSum struct {
 	n, dim, width int
 	limit         uint32
 	decode        func(f []uint32, d *wordReader) (float64, float64)
-	sum           []float64
-	count         int
+	meanSum
 }
 
 func (s *compatSum) Add(payload []byte, sl Slot) error {
@@ -377,17 +376,5 @@ func (s *compatSum) Add(payload []byte, sl Slot) error {
 		}
 	}
 	s.count++
-	return nil
-}
-
-func (s *compatSum) Count() int { return s.count }
-
-func (s *compatSum) Mean(dst []float64) error {
-	if err := checkMean(dst, s.n, s.count); err != nil {
-		return err
-	}
-	for i, v := range s.sum {
-		dst[i] = v / float64(s.count)
-	}
 	return nil
 }

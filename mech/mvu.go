@@ -131,16 +131,19 @@ func (q *mvuMech) NewSum(n int, rg Range) (Sum, error) {
 	if err := rg.Validate(); err != nil {
 		return nil, err
 	}
-	return &mvuSum{q: q, rg: rg, sum: make([]float64, n)}, nil
+	values := make([]float64, len(q.m.Values))
+	for j, a := range q.m.Values {
+		values[j] = rg.Center - rg.Radius + 2*rg.Radius*a
+	}
+	return &mvuSum{q: q, values: values, meanSum: meanSum{sum: make([]float64, n)}}, nil
 }
 
-// mvuSum accumulates sum of a_j per coordinate; memory is n floats whatever
-// the number of clients.
+// mvuSum accumulates the decoded value c - r + 2r a_j per coordinate;
+// memory is n floats whatever the number of clients.
 type mvuSum struct {
-	q     *mvuMech
-	rg    Range
-	sum   []float64
-	count int
+	q      *mvuMech
+	values []float64 // decoded value of each symbol
+	meanSum
 }
 
 func (s *mvuSum) Add(payload []byte, _ Slot) error {
@@ -157,21 +160,8 @@ func (s *mvuSum) Add(payload []byte, _ Slot) error {
 		syms[i] = j
 	}
 	for i, j := range syms {
-		s.sum[i] += s.q.m.Values[j]
+		s.sum[i] += s.values[j]
 	}
 	s.count++
-	return nil
-}
-
-func (s *mvuSum) Count() int { return s.count }
-
-func (s *mvuSum) Mean(dst []float64) error {
-	if err := checkMean(dst, len(s.sum), s.count); err != nil {
-		return err
-	}
-	lo, width := s.rg.Center-s.rg.Radius, 2*s.rg.Radius
-	for i, v := range s.sum {
-		dst[i] = lo + width*v/float64(s.count)
-	}
 	return nil
 }

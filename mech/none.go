@@ -46,12 +46,28 @@ func appendFloats(dst []byte, w []float32, f func(float64) float64) []byte {
 	return dst
 }
 
-// floatSum adds payloads of little-endian float32s: the server side of every
-// mechanism whose message is the (noisy) value itself.
-type floatSum struct {
+// meanSum is the state of every Sum that decodes values: a running sum per
+// coordinate, and the number of payloads in it.
+type meanSum struct {
 	sum   []float64
 	count int
 }
+
+func (s *meanSum) Count() int { return s.count }
+
+func (s *meanSum) Mean(dst []float64) error {
+	if err := checkMean(dst, len(s.sum), s.count); err != nil {
+		return err
+	}
+	for i, v := range s.sum {
+		dst[i] = v / float64(s.count)
+	}
+	return nil
+}
+
+// floatSum adds payloads of little-endian float32s: the server side of every
+// mechanism whose message is the (noisy) value itself.
+type floatSum struct{ meanSum }
 
 func newFloatSum(n int, rg Range) (*floatSum, error) {
 	if n < 0 {
@@ -60,7 +76,7 @@ func newFloatSum(n int, rg Range) (*floatSum, error) {
 	if err := rg.Validate(); err != nil {
 		return nil, err
 	}
-	return &floatSum{sum: make([]float64, n)}, nil
+	return &floatSum{meanSum{sum: make([]float64, n)}}, nil
 }
 
 func (s *floatSum) Add(payload []byte, _ Slot) error {
@@ -77,18 +93,6 @@ func (s *floatSum) Add(payload []byte, _ Slot) error {
 		s.sum[i] += float64(math.Float32frombits(binary.LittleEndian.Uint32(payload[4*i:])))
 	}
 	s.count++
-	return nil
-}
-
-func (s *floatSum) Count() int { return s.count }
-
-func (s *floatSum) Mean(dst []float64) error {
-	if err := checkMean(dst, len(s.sum), s.count); err != nil {
-		return err
-	}
-	for i, v := range s.sum {
-		dst[i] = v / float64(s.count)
-	}
 	return nil
 }
 

@@ -228,8 +228,7 @@ type latticeSum struct {
 	width  int
 	limit  uint64
 	decode func(f uint32, d *wordReader) (float64, float64)
-	sum    []float64
-	count  int
+	meanSum
 }
 
 func newLatticeSum(n int, rg Range, width, dim int, limit uint64, decode func(uint32, *wordReader) (float64, float64)) (*latticeSum, error) {
@@ -239,7 +238,7 @@ func newLatticeSum(n int, rg Range, width, dim int, limit uint64, decode func(ui
 	if err := rg.Validate(); err != nil {
 		return nil, err
 	}
-	return &latticeSum{rg: rg, n: n, dim: dim, width: width, limit: limit, decode: decode, sum: make([]float64, n)}, nil
+	return &latticeSum{rg: rg, n: n, dim: dim, width: width, limit: limit, decode: decode, meanSum: meanSum{sum: make([]float64, n)}}, nil
 }
 
 // Add validates the whole payload (length, padding, every index inside the
@@ -271,17 +270,5 @@ func (s *latticeSum) Add(payload []byte, sl Slot) error {
 		}
 	}
 	s.count++
-	return nil
-}
-
-func (s *latticeSum) Count() int { return s.count }
-
-func (s *latticeSum) Mean(dst []float64) error {
-	if err := checkMean(dst, s.n, s.count); err != nil {
-		return err
-	}
-	for i, v := range s.sum {
-		dst[i] = v / float64(s.count)
-	}
 	return nil
 }
