@@ -518,3 +518,39 @@ func TestTieBreak(t *testing.T) {
 		}
 	}
 }
+
+// TestCoQFind: the table-driven cell lookup agrees with a linear search, at
+// every cell boundary and at random draws.
+func TestCoQFind(t *testing.T) {
+	for _, c := range []Config{{Epsilon: 1, SharedBits: 3, Px: 0.3}, {Epsilon: 1, SharedBits: 11, Px: 0.9}, {Epsilon: 1, SharedBits: 16, Px: 0.45}, {Epsilon: 1, SharedBits: 14, Px: 0.5}} {
+		mm, err := New("coq", c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := mm.(*coq)
+		linear := func(x uint64) int {
+			for s := range m.width {
+				if m.kb[s] <= x && x < m.kb[s+1] {
+					return s
+				}
+			}
+			return -1
+		}
+		src := stream("coq-find")
+		xs := []uint64{0, 1<<m.k - 1}
+		for s := range m.width {
+			xs = append(xs, m.kb[s], m.kb[s+1]-1)
+		}
+		for range 20000 {
+			xs = append(xs, src.Uint64()>>(64-m.k))
+		}
+		for _, x := range xs {
+			if x >= 1<<m.k {
+				continue
+			}
+			if got, want := m.findShared(x), linear(x); got != want {
+				t.Fatalf("%+v: cell of %d is %d, want %d", c, x, got, want)
+			}
+		}
+	}
+}

@@ -38,6 +38,10 @@ type coq struct {
 	start []uint64 // start[s] of each cell, in words of 2^64
 	width []uint64 // width[s] of each cell
 	kb    []uint64 // K-bit boundaries: cell s holds shared K-bit draws in [kb[s], kb[s+1])
+	// first[t] is the cell of the least draw whose top bits are t, where
+	// the search for a draw starts; shift drops the other bits.
+	first []uint16
+	shift uint
 }
 
 func newCoQ(c Config) (Mechanism, error) {
@@ -72,6 +76,15 @@ func newCoQ(c Config) (Mechanism, error) {
 		}
 		m.start[s], m.width[s] = kb[s]<<(64-k), w<<(64-k)
 	}
+	m.shift = k - min(k, 12)
+	m.first = make([]uint16, 1<<(k-m.shift))
+	cell := 0
+	for t := range m.first {
+		for kb[cell+1] <= uint64(t)<<m.shift {
+			cell++
+		}
+		m.first[t] = uint16(cell)
+	}
 	return m, nil
 }
 
@@ -83,18 +96,14 @@ func (m *coq) Bits(n int) int     { return n }
 // SharedBits is the number of shared bits a pair uses for n parameters.
 func (m *coq) SharedBits(n int) int { return int(m.k) * n }
 
-// findShared returns the cell of a K-bit shared draw.
+// findShared returns the cell of a K-bit shared draw: a table lookup on its
+// top bits, then a step or two.
 func (m *coq) findShared(x uint64) int {
-	lo, hi := 0, len(m.width)-1
-	for lo < hi {
-		mid := (lo + hi + 1) / 2
-		if m.kb[mid] <= x {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
+	c := int(m.first[x>>m.shift])
+	for m.kb[c+1] <= x {
+		c++
 	}
-	return lo
+	return c
 }
 
 func (m *coq) find(x uint64) int { return m.findShared(x >> (64 - m.k)) }
