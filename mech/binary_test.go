@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/big"
+	"sort"
 	"testing"
 
 	"github.com/fedpq/fedpq/corr"
@@ -519,7 +520,7 @@ func TestTieBreak(t *testing.T) {
 	}
 }
 
-// TestCoQFind: the table-driven cell lookup agrees with a linear search, at
+// TestCoQFind: the table-driven cell lookup agrees with a binary search, at
 // every cell boundary and at random draws.
 func TestCoQFind(t *testing.T) {
 	for _, c := range []Config{{Epsilon: 1, SharedBits: 3, Px: 0.3}, {Epsilon: 1, SharedBits: 11, Px: 0.9}, {Epsilon: 1, SharedBits: 16, Px: 0.45}, {Epsilon: 1, SharedBits: 14, Px: 0.5}} {
@@ -528,13 +529,8 @@ func TestCoQFind(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := mm.(*coq)
-		linear := func(x uint64) int {
-			for s := range m.width {
-				if m.kb[s] <= x && x < m.kb[s+1] {
-					return s
-				}
-			}
-			return -1
+		search := func(x uint64) int { // the last cell starting at or below x
+			return sort.Search(len(m.width), func(s int) bool { return m.kb[s+1] > x })
 		}
 		src := stream("coq-find")
 		xs := []uint64{0, 1<<m.k - 1}
@@ -548,7 +544,7 @@ func TestCoQFind(t *testing.T) {
 			if x >= 1<<m.k {
 				continue
 			}
-			if got, want := m.findShared(x), linear(x); got != want {
+			if got, want := m.findShared(x), search(x); got != want {
 				t.Fatalf("%+v: cell of %d is %d, want %d", c, x, got, want)
 			}
 		}
