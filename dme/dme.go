@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/mech"
 )
 
@@ -120,11 +121,10 @@ func Run(ctx context.Context, c Config, progress func(done int)) (*Result, error
 	}
 	if m.Coupling() == mech.Paired {
 		r.SharedMode = "derived"
-		r.SharedSetupBytesPerPair = 2 * corr.PublicKeyBytes
 		if c.Transfer {
 			r.SharedMode = "transfer"
-			r.SharedSetupBytesPerPair += float64(transferBytes(m, c.Dim) + corr.SealedOverhead)
 		}
+		r.SharedSetupBytesPerPair = float64(fl.SetupBytes(m, c.Dim, c.Transfer))
 	}
 	return r, nil
 }
@@ -135,22 +135,6 @@ type accumulator struct {
 	theory         bool // every client had a closed-form variance
 	theorySum      float64
 	encode, decode time.Duration
-}
-
-// transferBytes is the size of the shared bits a leader sends for n
-// parameters: whole 64-bit words, as the follower reads them.
-func transferBytes(m mech.Mechanism, n int) int {
-	return 8 * ((m.(mech.SharedBitser).SharedBits(n) + 63) / 64)
-}
-
-// round holds what the server announces and derives for one trial.
-type round struct {
-	c       Config
-	m       mech.Mechanism
-	t       uint64
-	secret  []byte
-	partner []int // Paired: partner or -1
-	order   []int // Grouped: each client's position
 }
 
 // message is one client's upload.
@@ -164,15 +148,18 @@ type message struct {
 	err     error
 }
 
+// round is one trial: the experiment and its round's randomness.
+type round struct {
+	c      Config
+	m      mech.Mechanism
+	t      uint64
+	secret []byte
+	*fl.Round
+}
+
 func runTrial(ctx context.Context, c Config, m mech.Mechanism, t uint64, acc *accumulator) error {
-	rd := &round{c: c, m: m, t: t, secret: corr.SeedSecret(c.Seed)}
-	switch m.Coupling() {
-	case mech.Paired:
-		rd.partner = corr.Pairing(corr.Derive(rd.secret, "pairing", t), c.Clients, m.Alone())
-	case mech.Grouped:
-		rd.order = make([]int, c.Clients)
-		corr.Shuffle(corr.Derive(rd.secret, "group-order", t), rd.order)
-	}
+	secret := corr.SeedSecret(c.Seed)
+	rd := &round{c: c, m: m, t: t, secret: secret, Round: fl.NewRound(m, secret, t, c.Clients, c.Transfer)}
 	sum, err := m.NewSum(c.Dim, c.Range)
 	if err != nil {
 		return err
@@ -233,7 +220,7 @@ func runTrial(ctx context.Context, c Config, m mech.Mechanism, t uint64, acc *ac
 				continue
 			}
 			t0 := time.Now()
-			if err := sum.Add(msg.payload, rd.serverSlot(msg.client)); err != nil {
+			if err := sum.Add(msg.payload, rd.ServerSlot(msg.client)); err != nil {
 				firstErr = fmt.Errorf("dme: server rejected client %d: %w", msg.client, err)
 				cancel()
 				continue
@@ -280,83 +267,16 @@ func (rd *round) inputs(i int) []float32 {
 // client runs client i's side of the round.
 func (rd *round) client(i int) message {
 	msg := message{client: i, input: rd.inputs(i)}
-	slot := mech.Slot{Private: corr.Derive(rd.secret, "private", rd.t, uint64(i))}
-	switch rd.m.Coupling() {
-	case mech.Paired:
-		if err := rd.pair(i, &slot); err != nil {
-			msg.err = err
-			return msg
-		}
-	case mech.Grouped:
-		slot.Shared = corr.Derive(rd.secret, "group-shared", rd.t)
-		slot.Index, slot.Size = rd.order[i], rd.c.Clients
-	case mech.Dithered:
-		slot.Shared = corr.Derive(rd.secret, "dither", rd.t, uint64(i))
+	slot, err := rd.ClientSlot(i, rd.c.Dim)
+	if err != nil {
+		msg.err = err
+		return msg
 	}
 	t0 := time.Now()
 	msg.payload, msg.err = rd.m.Encode(nil, msg.input, rd.c.Range, slot)
 	msg.encode = time.Since(t0)
 	msg.theory, msg.ok = rd.variance(i, slot.Role, msg.input)
 	return msg
-}
-
-// identity is client i's X25519 key for the round.
-func (rd *round) identity(i int) (*corr.Identity, error) {
-	return corr.NewIdentity(corr.Key(rd.secret, "x25519", rd.t, uint64(i)))
-}
-
-// pair runs client i's key agreement with its partner and sets its role
-// and shared bits: derived from the secret, or, in transfer mode, sent by
-// the leader sealed under a key from the secret.
-func (rd *round) pair(i int, slot *mech.Slot) error {
-	j := rd.partner[i]
-	if j < 0 {
-		return nil // alone: an exact ldpq client
-	}
-	me, err := rd.identity(i)
-	if err != nil {
-		return err
-	}
-	peer, err := rd.identity(j)
-	if err != nil {
-		return err
-	}
-	p, err := me.Agree(peer.Public(), rd.t, uint64(i), uint64(j))
-	if err != nil {
-		return err
-	}
-	slot.Role = mech.Follower
-	leader := j
-	if p.Leader(uint64(i)) {
-		slot.Role, leader = mech.Leader, i
-	}
-	if !rd.c.Transfer {
-		slot.Shared = p.Shared()
-		return nil
-	}
-	// The leader draws the bits from a stream of its own and seals them;
-	// here both partners compute the sealed message the leader sends.
-	bits := make([]byte, transferBytes(rd.m, rd.c.Dim))
-	corr.Derive(rd.secret, "leader-bits", rd.t, uint64(leader)).Read(bits)
-	opened, err := p.Open(p.Seal(bits))
-	if err != nil {
-		return err
-	}
-	src, err := corr.NewBytes(opened)
-	if err != nil {
-		return err
-	}
-	slot.Shared = src
-	return nil
-}
-
-// serverSlot is what the server knows of client i's randomness: the dither
-// it shares with Dithered clients, nothing otherwise.
-func (rd *round) serverSlot(i int) mech.Slot {
-	if rd.m.Coupling() == mech.Dithered {
-		return mech.Slot{Shared: corr.Derive(rd.secret, "dither", rd.t, uint64(i))}
-	}
-	return mech.Slot{}
 }
 
 // variance is the closed-form variance of client i's output summed over
@@ -368,7 +288,7 @@ func (rd *round) variance(i int, role mech.Role, w []float32) (float64, bool) {
 		if !ok || role == mech.Follower {
 			return 0, ok
 		}
-		other := rd.inputs(rd.partner[i])
+		other := rd.inputs(rd.Partner(i))
 		s := 0.0
 		for j := range w {
 			s += pv.PairVariance(float64(w[j]), float64(other[j]), rg)
