@@ -1,0 +1,170 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// Figure size and PNG resolution: 7 x 4.5 inches at 150 dpi is 1050 x 675
+// pixels, large enough to read in a README and small enough to commit.
+const (
+	plotWidth  = 7 * vg.Inch
+	plotHeight = 4.5 * vg.Inch
+	plotDPI    = 150
+)
+
+// palette is the Okabe-Ito set without its yellow (invisible on white):
+// distinguishable by readers with the common forms of colour blindness.
+// Runs beyond its length repeat colours, but with a different marker.
+var palette = []color.Color{
+	color.RGBA{0x00, 0x72, 0xb2, 0xff}, // blue
+	color.RGBA{0xe6, 0x9f, 0x00, 0xff}, // orange
+	color.RGBA{0x00, 0x9e, 0x73, 0xff}, // bluish green
+	color.RGBA{0xd5, 0x5e, 0x00, 0xff}, // vermillion
+	color.RGBA{0xcc, 0x79, 0xa7, 0xff}, // reddish purple
+	color.RGBA{0x56, 0xb4, 0xe9, 0xff}, // sky blue
+	color.RGBA{0x00, 0x00, 0x00, 0xff}, // black
+}
+
+// PlotAccuracy draws test accuracy against round for each run, one line
+// per run labelled by its name, into path: PNG or SVG, chosen by the
+// extension. Only evaluation rounds (those with an accuracy) are drawn, each
+// with a marker, so the markers show where the model was actually measured.
+// The y axis spans the data with a margin rather than all of [0, 1], so
+// that runs a few points apart can be told apart. A run without any
+// evaluated round is left out; if no run has one, there is nothing to draw
+// and PlotAccuracy returns an error.
+func PlotAccuracy(runs []*Run, path string, title string) error {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	if format != "png" && format != "svg" {
+		return fmt.Errorf("plot %s: unknown format %q: want a .png or .svg file", path, filepath.Ext(path))
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(13)
+	p.X.Label.Text = "round"
+	p.Y.Label.Text = "test accuracy"
+	p.X.Label.TextStyle.Font.Size = vg.Points(11)
+	p.Y.Label.TextStyle.Font.Size = vg.Points(11)
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = false // accuracy rises: the bottom right is where the curves are not
+	p.Legend.Left = false
+	p.Legend.XOffs = -vg.Points(6)
+	p.Legend.YOffs = vg.Points(6)
+	p.Legend.TextStyle.Font.Size = vg.Points(10)
+
+	labels := runLabels(runs)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	xmin, xmax := math.Inf(1), math.Inf(-1)
+	drawn := 0
+	for i, run := range runs {
+		acc := run.accuracy()
+		if len(acc) == 0 {
+			continue
+		}
+		xys := make(plotter.XYs, len(acc))
+		for j, pt := range acc {
+			xys[j].X, xys[j].Y = pt[0], pt[1]
+			lo, hi = math.Min(lo, pt[1]), math.Max(hi, pt[1])
+			xmin, xmax = math.Min(xmin, pt[0]), math.Max(xmax, pt[0])
+		}
+		line, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return fmt.Errorf("plot %s: %s: %w", path, labels[i], err)
+		}
+		c := palette[drawn%len(palette)]
+		line.Color = c
+		line.Width = vg.Points(1.5)
+		points.Color = c
+		points.Shape = plotutil.Shape(drawn / len(palette))
+		points.Radius = markerRadius(len(acc))
+		p.Add(line, points)
+		p.Legend.Add(labels[i], line, points)
+		drawn++
+	}
+	if drawn == 0 {
+		return fmt.Errorf("plot %s: no run has an evaluated round (no accuracy to draw)", path)
+	}
+	p.Y.Min, p.Y.Max = accuracyRange(lo, hi)
+	if xmin == xmax { // a single evaluation: give the point some room
+		xmin, xmax = xmin-1, xmax+1
+	}
+	p.X.Min, p.X.Max = xmin, xmax
+
+	var wt io.WriterTo
+	if format == "png" {
+		c := vgimg.NewWith(vgimg.UseWH(plotWidth, plotHeight), vgimg.UseDPI(plotDPI))
+		p.Draw(draw.New(c))
+		wt = vgimg.PngCanvas{Canvas: c}
+	} else {
+		c := vgsvg.New(plotWidth, plotHeight)
+		p.Draw(draw.New(c))
+		wt = c
+	}
+	var b bytes.Buffer
+	if _, err := wt.WriteTo(&b); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	if err := writeFileAtomic(path, b.Bytes()); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
+}
+
+// markerRadius shrinks the markers of densely evaluated runs so that the
+// line between them stays visible.
+func markerRadius(points int) vg.Length {
+	switch {
+	case points > 200:
+		return vg.Points(1.2)
+	case points > 50:
+		return vg.Points(2)
+	}
+	return vg.Points(3)
+}
+
+// accuracyRange pads the accuracies' range [lo, hi] by a tenth of its span
+// (at least 0.01) on each side, without going past [0, 1] where the data do
+// not.
+func accuracyRange(lo, hi float64) (float64, float64) {
+	pad := math.Max((hi-lo)/10, 0.01)
+	ylo, yhi := lo-pad, hi+pad
+	if lo >= 0 && ylo < 0 {
+		ylo = 0
+	}
+	if hi <= 1 && yhi > 1 {
+		yhi = 1
+	}
+	return ylo, yhi
+}
+
+// runLabels names each run by [Run.Name]; runs whose names collide (two
+// directories both called "run", say) are labelled by their full directory
+// instead, so every line in a legend is told apart.
+func runLabels(runs []*Run) []string {
+	count := map[string]int{}
+	for _, r := range runs {
+		count[r.Name()]++
+	}
+	labels := make([]string, len(runs))
+	for i, r := range runs {
+		labels[i] = r.Name()
+		if count[labels[i]] > 1 {
+			labels[i] = filepath.Clean(r.Dir)
+		}
+	}
+	return labels
+}

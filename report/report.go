@@ -1,0 +1,268 @@
+// Package report records and presents the results of federated training
+// runs: one JSON line per round (metrics.jsonl), a summary (summary.json),
+// accuracy-against-round plots (PNG and SVG) and Markdown tables.
+//
+// A run directory written by [Create] holds:
+//
+//	metrics.jsonl   one [Round] per line, appended as each round ends
+//	summary.json    the [Summary], written when the run ends
+//	accuracy.png    test accuracy against round
+//	accuracy.svg    the same, as SVG
+//
+// The training command also writes config.yaml there; this package neither
+// writes nor reads it.
+package report
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// File names inside a run directory.
+const (
+	MetricsFile = "metrics.jsonl"
+	SummaryFile = "summary.json"
+	PlotPNGFile = "accuracy.png"
+	PlotSVGFile = "accuracy.svg"
+)
+
+// Round is one line of metrics.jsonl: what happened in one round of training.
+// Accuracy and Loss are pointers because most runs evaluate only every few
+// rounds: a round without evaluation has neither, which is different from an
+// accuracy of zero. Accuracy is a fraction in [0, 1].
+type Round struct {
+	Round              int      `json:"round"`
+	Accuracy           *float64 `json:"accuracy,omitempty"`    // test accuracy, on evaluation rounds only
+	Loss               *float64 `json:"loss,omitempty"`        // test loss, on evaluation rounds only
+	TrainLoss          float64  `json:"train_loss"`            // mean local training loss of the round's clients
+	Clients            int      `json:"clients"`               // updates aggregated
+	Dropped            int      `json:"dropped"`               // sampled clients that dropped out
+	UplinkBits         int64    `json:"uplink_bits"`           // payload bits received this round
+	UplinkBitsPerParam float64  `json:"uplink_bits_per_param"` // payload bits per parameter per client
+	SetupBytes         int64    `json:"setup_bytes"`           // bytes spent setting up shared randomness this round
+	Epsilon            float64  `json:"epsilon"`               // per-parameter eps of this round (0 when no privacy)
+	EpsilonSpent       float64  `json:"epsilon_spent"`         // per-parameter eps composed over rounds so far (basic composition), per client at most
+	Restored           bool     `json:"restored,omitempty"`    // the global model was reloaded from the best checkpoint (patience)
+	Seconds            float64  `json:"seconds"`               // wall time since the run started
+}
+
+// Summary is summary.json: the outcome of a finished run, what a table of
+// runs shows.
+type Summary struct {
+	Name               string  `json:"name"`
+	Mechanism          string  `json:"mechanism"`
+	Dataset            string  `json:"dataset"`
+	Model              string  `json:"model"`
+	Rounds             int     `json:"rounds"`
+	FinalAccuracy      float64 `json:"final_accuracy"`
+	BestAccuracy       float64 `json:"best_accuracy"`
+	BestRound          int     `json:"best_round"`
+	UplinkBitsTotal    int64   `json:"uplink_bits_total"`
+	UplinkBitsPerParam float64 `json:"uplink_bits_per_param"`
+	EpsilonPerRound    float64 `json:"epsilon_per_round"`
+	EpsilonSpent       float64 `json:"epsilon_spent"`
+	Seconds            float64 `json:"seconds"`
+	Seed               uint64  `json:"seed"`
+}
+
+// Writer records a run as it happens. Each round goes to metrics.jsonl in a
+// single unbuffered write, so a run that crashes or is interrupted keeps the
+// history of every round it finished. A Writer is not safe for concurrent use.
+type Writer struct {
+	dir    string
+	f      *os.File
+	rounds []Round // kept for the plots drawn at Close
+	closed bool
+}
+
+// Create makes dir (and its parents) if needed and starts a new
+// metrics.jsonl there, replacing any earlier one: a run directory holds one
+// run.
+func Create(dir string) (*Writer, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	f, err := os.Create(filepath.Join(dir, MetricsFile))
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	return &Writer{dir: dir, f: f}, nil
+}
+
+// Dir returns the run directory.
+func (w *Writer) Dir() string { return w.dir }
+
+// Round appends r to metrics.jsonl. Round numbers must increase, so that a
+// curve read back is a function of the round; NaN or infinite values are
+// refused because JSON cannot carry them.
+func (w *Writer) Round(r Round) error {
+	if w.closed {
+		return errors.New("report: Round after Close")
+	}
+	if n := len(w.rounds); n > 0 && r.Round <= w.rounds[n-1].Round {
+		return fmt.Errorf("report: round %d after round %d: round numbers must increase", r.Round, w.rounds[n-1].Round)
+	}
+	line, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("report: round %d: %w", r.Round, err)
+	}
+	if _, err := w.f.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	w.rounds = append(w.rounds, r)
+	return nil
+}
+
+// Close closes metrics.jsonl and writes summary.json, then accuracy.png and
+// accuracy.svg titled by the run's name. A run that never evaluated has no
+// accuracy to draw, so it gets no plots (and no error). Close may be called
+// once.
+func (w *Writer) Close(s Summary) error {
+	if w.closed {
+		return errors.New("report: Close called twice")
+	}
+	w.closed = true
+	if err := w.f.Close(); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("report: summary: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(w.dir, SummaryFile), append(b, '\n')); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	run := &Run{Dir: w.dir, Rounds: w.rounds, Summary: &s}
+	if len(run.accuracy()) == 0 {
+		return nil
+	}
+	title := runTitle(s)
+	for _, name := range []string{PlotPNGFile, PlotSVGFile} {
+		if err := PlotAccuracy([]*Run{run}, filepath.Join(w.dir, name), title); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runTitle names a single run's plot by what was trained with what.
+func runTitle(s Summary) string {
+	t := s.Name
+	if s.Mechanism != "" && s.Dataset != "" {
+		what := s.Mechanism + " on " + s.Dataset
+		if s.Model != "" {
+			what += " (" + s.Model + ")"
+		}
+		if t == "" {
+			return what
+		}
+		t += ": " + what
+	}
+	return t
+}
+
+// Run is a run directory read back by [ReadRun].
+type Run struct {
+	Dir     string
+	Rounds  []Round
+	Summary *Summary // nil while the run is in progress (or if it crashed)
+}
+
+// Name labels the run in plots and tables: its summary's name, else the
+// base name of its directory.
+func (r *Run) Name() string {
+	if r.Summary != nil && r.Summary.Name != "" {
+		return r.Summary.Name
+	}
+	return filepath.Base(filepath.Clean(r.Dir))
+}
+
+// accuracy returns the evaluation rounds' (round, accuracy) pairs.
+func (r *Run) accuracy() (pts [][2]float64) {
+	for _, rd := range r.Rounds {
+		if rd.Accuracy != nil {
+			pts = append(pts, [2]float64{float64(rd.Round), *rd.Accuracy})
+		}
+	}
+	return pts
+}
+
+// ReadRun reads dir's metrics.jsonl and, if present, summary.json. A
+// missing metrics.jsonl is an error (dir is not a run directory); a missing
+// summary.json is not, since a run in progress has none yet. Errors in
+// metrics.jsonl name the file and line. Unknown JSON fields are ignored, so
+// that runs written by newer versions can still be read.
+func ReadRun(dir string) (*Run, error) {
+	path := filepath.Join(dir, MetricsFile)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: not a run directory: no %s", dir, MetricsFile)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	run := &Run{Dir: dir}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var r Round
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		if n := len(run.Rounds); n > 0 && r.Round <= run.Rounds[n-1].Round {
+			return nil, fmt.Errorf("%s:%d: round %d after round %d: round numbers must increase", path, line, r.Round, run.Rounds[n-1].Round)
+		}
+		run.Rounds = append(run.Rounds, r)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	spath := filepath.Join(dir, SummaryFile)
+	b, err := os.ReadFile(spath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return run, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s Summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", spath, err)
+	}
+	run.Summary = &s
+	return run, nil
+}
+
+// writeFileAtomic writes data to path through a temporary file in the same
+// directory and a rename, so a reader (or an image viewer reloading the
+// plot) never sees half a file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	// CreateTemp makes the file private (0600); results are for sharing.
+	merr := tmp.Chmod(0o644)
+	_, werr := tmp.Write(data)
+	cerr := tmp.Close()
+	if err := errors.Join(merr, werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
