@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -75,11 +76,14 @@ func PlotAccuracy(runs []*Run, path string, title string) error {
 		if len(acc) == 0 {
 			continue
 		}
+		// The x axis spans every round of the runs drawn, evaluated or
+		// not, so a run evaluated every ten rounds still starts at round 1.
+		xmin = math.Min(xmin, float64(run.Rounds[0].Round))
+		xmax = math.Max(xmax, float64(run.Rounds[len(run.Rounds)-1].Round))
 		xys := make(plotter.XYs, len(acc))
 		for j, pt := range acc {
 			xys[j].X, xys[j].Y = pt[0], pt[1]
 			lo, hi = math.Min(lo, pt[1]), math.Max(hi, pt[1])
-			xmin, xmax = math.Min(xmin, pt[0]), math.Max(xmax, pt[0])
 		}
 		line, points, err := plotter.NewLinePoints(xys)
 		if err != nil {
@@ -99,19 +103,21 @@ func PlotAccuracy(runs []*Run, path string, title string) error {
 		return fmt.Errorf("plot %s: no run has an evaluated round (no accuracy to draw)", path)
 	}
 	p.Y.Min, p.Y.Max = accuracyRange(lo, hi)
+	p.Y.Tick.Marker = niceTicks{}
 	if xmin == xmax { // a single evaluation: give the point some room
 		xmin, xmax = xmin-1, xmax+1
 	}
 	p.X.Min, p.X.Max = xmin, xmax
+	p.X.Tick.Marker = niceTicks{integer: true}
 
 	var wt io.WriterTo
 	if format == "png" {
 		c := vgimg.NewWith(vgimg.UseWH(plotWidth, plotHeight), vgimg.UseDPI(plotDPI))
-		p.Draw(draw.New(c))
+		p.Draw(margin(draw.New(c)))
 		wt = vgimg.PngCanvas{Canvas: c}
 	} else {
 		c := vgsvg.New(plotWidth, plotHeight)
-		p.Draw(draw.New(c))
+		p.Draw(margin(draw.New(c)))
 		wt = c
 	}
 	var b bytes.Buffer
@@ -122,6 +128,58 @@ func PlotAccuracy(runs []*Run, path string, title string) error {
 		return fmt.Errorf("plot: %w", err)
 	}
 	return nil
+}
+
+// margin keeps the title and the last tick label off the edge of the
+// figure (gonum draws them flush against it).
+func margin(c draw.Canvas) draw.Canvas {
+	return draw.Crop(c, vg.Points(4), -vg.Points(12), vg.Points(4), -vg.Points(8))
+}
+
+// niceTicks places four to ten labelled ticks at multiples of 1, 2 or 5
+// times a power of ten, with a minor tick between each pair. gonum's
+// default ticker labels as few as three, at values such as 0.55 and 0.7,
+// which makes a zoomed accuracy axis hard to read. With integer set,
+// steps are at least 1 (rounds).
+type niceTicks struct{ integer bool }
+
+// Ticks implements plot.Ticker.
+func (n niceTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := niceStep((hi - lo) / 4)
+	if n.integer && step < 1 {
+		step = 1
+	}
+	// Labels need as many decimals as the step has.
+	prec := max(0, -int(math.Floor(math.Log10(step)+1e-9)))
+	var ticks []plot.Tick
+	for i := math.Ceil(lo/step - 1e-9); i*step <= hi+step*1e-9; i++ {
+		v := i * step
+		if v == 0 {
+			v = 0 // not -0 (Ceil of a tiny negative), which would print as "-0.0"
+		}
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', prec, 64)})
+		if minor := v + step/2; minor <= hi && !(n.integer && step == 1) {
+			ticks = append(ticks, plot.Tick{Value: minor})
+		}
+	}
+	if first := math.Ceil(lo/step-1e-9) * step; first-step/2 >= lo && !(n.integer && step == 1) {
+		ticks = append(ticks, plot.Tick{Value: first - step/2})
+	}
+	return ticks
+}
+
+// niceStep rounds x down to 1, 2 or 5 times a power of ten.
+func niceStep(x float64) float64 {
+	if x <= 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(x)+1e-9))
+	for _, m := range []float64{5, 2} {
+		if m*p <= x*(1+1e-9) {
+			return m * p
+		}
+	}
+	return p
 }
 
 // markerRadius shrinks the markers of densely evaluated runs so that the
