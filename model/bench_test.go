@@ -1,0 +1,128 @@
+package model
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// benchInput is each architecture's natural input: CIFAR-10 for vgg-small,
+// MNIST for the rest.
+func benchInput(arch string) []int {
+	if arch == "vgg-small" {
+		return []int{32, 32, 3}
+	}
+	return []int{28, 28, 1}
+}
+
+// synthetic returns n random examples of m's input with random labels.
+func synthetic(m *Model, n int, seed uint64) ([]float32, []int32) {
+	f := m.Features()
+	x := make([]float32, n*f)
+	y := make([]int32, n)
+	s := seed*0x9e3779b97f4a7c15 + 1
+	next := func() uint64 { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s }
+	for i := range x {
+		x[i] = float32(next()>>40) / (1 << 24)
+	}
+	for i := range y {
+		y[i] = int32(next() % uint64(m.Classes()))
+	}
+	return x, y
+}
+
+// BenchmarkStep measures one SGD step (batch 64) of every architecture, as
+// ms/step: one Train call of one epoch over 64*steps examples, divided by
+// the steps, so weight loading and reading are amortised as in a client's
+// local training.
+func BenchmarkStep(b *testing.B) {
+	for _, arch := range Names() {
+		b.Run(arch, func(b *testing.B) {
+			m, err := New(arch, benchInput(arch), 10)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr, err := m.NewTrainer(Optimizer{Name: "sgd", LR: 0.01})
+			if err != nil {
+				b.Fatal(err)
+			}
+			const steps = 10
+			x, y := synthetic(m, 64*steps, 1)
+			idx := make([]int, 64*steps)
+			for i := range idx {
+				idx[i] = i
+			}
+			w := m.Init(1)
+			cfg := TrainConfig{Epochs: 1, Batch: 64, Seed: 1}
+			if _, _, err := tr.Train(context.Background(), w, x, y, idx, cfg); err != nil { // compile
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, _, err := tr.Train(context.Background(), w, x, y, idx, cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/float64(b.N*steps), "ms/step")
+		})
+	}
+}
+
+// BenchmarkCompile measures building and compiling a trainer's evaluation
+// graph and training graph (batch 64).
+func BenchmarkCompile(b *testing.B) {
+	for _, arch := range Names() {
+		b.Run(arch, func(b *testing.B) {
+			m, err := New(arch, benchInput(arch), 10)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				tr, err := m.NewTrainer(Optimizer{Name: "sgd", LR: 0.01})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := tr.program(64); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSwap measures swapping a client's weights in and out: loading
+// them into backend buffers and reading them back into fresh slices.
+func BenchmarkSwap(b *testing.B) {
+	for _, arch := range Names() {
+		b.Run(arch, func(b *testing.B) {
+			m, err := New(arch, benchInput(arch), 10)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr, err := m.NewTrainer(Optimizer{Name: "sgd", LR: 0.01})
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := m.Init(1)
+			start := time.Now()
+			for b.Loop() {
+				if err := m.check(w); err != nil {
+					b.Fatal(err)
+				}
+				bufs, err := tr.load(w)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, s := range m.specs {
+					out := make([]float32, s.Size())
+					if err := bufs[i].ToFlatData(out); err != nil {
+						b.Fatal(err)
+					}
+				}
+				finalize(bufs)
+			}
+			b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "us/swap")
+			b.ReportMetric(float64(m.NumParams()), "params")
+		})
+	}
+}

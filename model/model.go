@@ -1,0 +1,290 @@
+// Package model is fedpq's model zoo and local trainer, built on GoMLX's
+// pure-Go backend.
+//
+// Nothing outside this package sees GoMLX: a model's parameters cross the
+// package boundary as one flat []float32 per tensor, in the fixed order of
+// Model.Tensors, which is what the mechanisms quantize and the round engine
+// averages. A Trainer compiles its graphs once and swaps weights per client,
+// because building and compiling a graph costs far more than a client's
+// local training on the Go backend.
+//
+// Convolutions are lowered to im2col + matrix multiplication inside the
+// graph (see conv), because the Go backend's native convolution is a generic
+// direct loop that is several times slower.
+package model
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/fedpq/fedpq/corr"
+)
+
+// TensorSpec names one parameter tensor and gives its shape, in PyTorch's
+// layouts: dense kernels are [out, in], convolution kernels [out channels,
+// in channels, kh, kw], biases [out]. The first dense layer after a
+// convolution reads the activations flattened in (channel, row, column)
+// order, as PyTorch flattens NCHW tensors.
+type TensorSpec struct {
+	Name  string
+	Shape []int
+}
+
+// Size is the number of elements of the tensor.
+func (s TensorSpec) Size() int {
+	n := 1
+	for _, d := range s.Shape {
+		n *= d
+	}
+	return n
+}
+
+// layerKind is one step of a sequential architecture.
+type layerKind int
+
+const (
+	dense   layerKind = iota // fully connected, then ReLU unless it is the last layer
+	conv                     // k x k convolution, stride 1, then ReLU
+	maxPool                  // 2 x 2 max pooling, stride 2 (floor for odd sizes)
+	dropout                  // inverted dropout with probability p (training only)
+)
+
+// layer describes one step; out is the units or channels of dense and conv.
+type layer struct {
+	kind layerKind
+	out  int
+	k    int     // conv kernel size
+	same bool    // conv with zero padding that keeps the spatial size
+	p    float64 // dropout probability
+}
+
+// archs lists each architecture's layers, without the final dense layer to
+// the classes, which every architecture has.
+var archs = map[string]struct {
+	layers []layer
+	image  bool // needs an [H W C] input
+	doc    string
+}{
+	"linear": {doc: "logistic regression (softmax over a linear map of the flattened input)"},
+	"mlp": {layers: []layer{{kind: dense, out: 32}, {kind: dense, out: 16}},
+		doc: "JoPEQ's MLP: hidden layers 32 and 16, ReLU"},
+	"mlp-wide": {layers: []layer{{kind: dense, out: 128}, {kind: dense, out: 64}},
+		doc: "MLP with hidden layers 128 and 64, ReLU"},
+	"cnn2": {image: true, layers: []layer{
+		{kind: conv, out: 6, k: 5}, {kind: maxPool},
+		{kind: conv, out: 6, k: 5}, {kind: maxPool},
+		{kind: dense, out: 50}},
+		doc: "JoPEQ's CNN: conv5x5x6, maxpool2, conv5x5x6, maxpool2, fc50, fc"},
+	"corbin-cnn": {image: true, layers: []layer{
+		{kind: conv, out: 32, k: 3}, {kind: maxPool},
+		{kind: conv, out: 64, k: 3}, {kind: maxPool},
+		{kind: dense, out: 128}, {kind: dropout, p: 0.5}},
+		doc: "CorBin-FL's MNIST CNN: conv3x3x32, maxpool2, conv3x3x64, maxpool2, fc128, dropout 0.5, fc"},
+	"ldpfl-cnn": {image: true, layers: []layer{
+		{kind: conv, out: 32, k: 5}, {kind: maxPool},
+		{kind: conv, out: 64, k: 5}, {kind: maxPool},
+		{kind: dense, out: 512}},
+		doc: "LDP-FL's two-layer CNN: conv5x5x32, maxpool2, conv5x5x64, maxpool2, fc512, fc"},
+	"vgg-small": {image: true, layers: []layer{
+		{kind: conv, out: 32, k: 3, same: true}, {kind: conv, out: 32, k: 3, same: true}, {kind: maxPool},
+		{kind: conv, out: 64, k: 3, same: true}, {kind: conv, out: 64, k: 3, same: true}, {kind: maxPool},
+		{kind: conv, out: 128, k: 3, same: true}, {kind: conv, out: 128, k: 3, same: true}, {kind: maxPool},
+		{kind: dense, out: 128}, {kind: dropout, p: 0.5}},
+		doc: "a small VGG for 32x32x3: 2x conv3x3x32, pool, 2x conv3x3x64, pool, 2x conv3x3x128, pool, fc128, dropout 0.5, fc"},
+}
+
+// Names lists the architectures New accepts, sorted.
+func Names() []string {
+	names := make([]string, 0, len(archs))
+	for n := range archs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Describe returns a one-line description of an architecture, or "" for an
+// unknown name.
+func Describe(arch string) string { return archs[arch].doc }
+
+// step is one resolved layer: its kind, its parameter tensors (indices into
+// Model.specs, -1 when none) and the activation shape it produces.
+type step struct {
+	layer
+	w, b   int   // kernel and bias tensor indices
+	in     []int // input activation shape (without the batch axis)
+	outDim []int // output activation shape
+	last   bool  // the final dense layer: no ReLU
+}
+
+// Model is an architecture resolved for one input shape and number of
+// classes. It holds no weights: weights are [][]float32 in the order of
+// Tensors. A Model is immutable and safe for concurrent use.
+type Model struct {
+	arch    string
+	input   []int
+	classes int
+	specs   []TensorSpec
+	steps   []step
+}
+
+// New resolves architecture arch for inputs of shape input (e.g. [28 28 1]
+// for MNIST, images HWC, or [60] for feature vectors) and classes outputs.
+// The dense architectures flatten any input; the CNNs need [H W C] inputs
+// large enough for their convolutions and poolings.
+func New(arch string, input []int, classes int) (*Model, error) {
+	a, ok := archs[arch]
+	if !ok {
+		return nil, fmt.Errorf("model: unknown architecture %q (have %v)", arch, Names())
+	}
+	if classes < 2 {
+		return nil, fmt.Errorf("model: %d classes, need at least 2", classes)
+	}
+	if len(input) == 0 {
+		return nil, fmt.Errorf("model: empty input shape")
+	}
+	for _, d := range input {
+		if d <= 0 {
+			return nil, fmt.Errorf("model: input shape %v has a non-positive dimension", input)
+		}
+	}
+	if a.image && len(input) != 3 {
+		return nil, fmt.Errorf("model: %s needs an [H W C] input, got %v", arch, input)
+	}
+	m := &Model{arch: arch, input: slices.Clone(input), classes: classes}
+	cur := slices.Clone(input)
+	layers := append(slices.Clone(a.layers), layer{kind: dense, out: classes})
+	nconv, ndense := 0, 0
+	for i, l := range layers {
+		s := step{layer: l, w: -1, b: -1, in: cur, last: i == len(layers)-1}
+		switch l.kind {
+		case conv:
+			nconv++
+			h, w, c := cur[0], cur[1], cur[2]
+			if !l.same {
+				h, w = h-l.k+1, w-l.k+1
+			}
+			if h <= 0 || w <= 0 {
+				return nil, fmt.Errorf("model: %s: input %v too small for conv%d", arch, input, nconv)
+			}
+			s.w = m.add(fmt.Sprintf("conv%d/kernel", nconv), l.out, c, l.k, l.k)
+			s.b = m.add(fmt.Sprintf("conv%d/bias", nconv), l.out)
+			cur = []int{h, w, l.out}
+		case maxPool:
+			if cur[0] < 2 || cur[1] < 2 {
+				return nil, fmt.Errorf("model: %s: input %v too small to pool", arch, input)
+			}
+			cur = []int{cur[0] / 2, cur[1] / 2, cur[2]}
+		case dense:
+			ndense++
+			in := 1
+			for _, d := range cur {
+				in *= d
+			}
+			s.w = m.add(fmt.Sprintf("fc%d/kernel", ndense), l.out, in)
+			s.b = m.add(fmt.Sprintf("fc%d/bias", ndense), l.out)
+			cur = []int{l.out}
+		case dropout:
+		}
+		s.outDim = cur
+		m.steps = append(m.steps, s)
+	}
+	return m, nil
+}
+
+func (m *Model) add(name string, shape ...int) int {
+	m.specs = append(m.specs, TensorSpec{Name: name, Shape: shape})
+	return len(m.specs) - 1
+}
+
+// Arch is the architecture's name.
+func (m *Model) Arch() string { return m.arch }
+
+// Input is the shape of one example (a copy).
+func (m *Model) Input() []int { return slices.Clone(m.input) }
+
+// Features is the number of float32 values of one example.
+func (m *Model) Features() int {
+	n := 1
+	for _, d := range m.input {
+		n *= d
+	}
+	return n
+}
+
+// Classes is the number of outputs.
+func (m *Model) Classes() int { return m.classes }
+
+// Tensors lists the parameter tensors in their fixed order: for each layer
+// in forward order, its kernel then its bias. The slice is a copy.
+func (m *Model) Tensors() []TensorSpec {
+	out := make([]TensorSpec, len(m.specs))
+	for i, s := range m.specs {
+		out[i] = TensorSpec{Name: s.Name, Shape: slices.Clone(s.Shape)}
+	}
+	return out
+}
+
+// NumParams is the total number of parameters.
+func (m *Model) NumParams() int {
+	n := 0
+	for _, s := range m.specs {
+		n += s.Size()
+	}
+	return n
+}
+
+// Init returns deterministic initial weights, one fresh slice per tensor:
+// kernels followed by a ReLU get He-uniform values (U(-a, a), a =
+// sqrt(6/fan_in)), which keeps activations' variance through ReLU layers;
+// the last (logit) layer gets Glorot-uniform values (a = sqrt(6/(fan_in +
+// fan_out))); biases start at zero. The values come from the corr stream
+// Derive(SeedSecret(seed), "model init", tensor index), so the same seed
+// gives the same weights on every machine.
+func (m *Model) Init(seed uint64) [][]float32 {
+	ws := make([][]float32, len(m.specs))
+	for i, s := range m.specs {
+		ws[i] = make([]float32, s.Size())
+	}
+	secret := corr.SeedSecret(seed)
+	for _, st := range m.steps {
+		if st.w < 0 {
+			continue
+		}
+		shape := m.specs[st.w].Shape
+		fanOut := shape[0]
+		fanIn := m.specs[st.w].Size() / fanOut
+		a := math.Sqrt(6 / float64(fanIn))
+		if st.last {
+			a = math.Sqrt(6 / float64(fanIn+fanOut))
+		}
+		src := corr.Derive(secret, "model init", uint64(st.w))
+		w := ws[st.w]
+		for j := range w {
+			// 53 random bits give a uniform float64 in [0, 1).
+			u := float64(src.Uint64()>>11) / (1 << 53)
+			w[j] = float32((2*u - 1) * a)
+		}
+	}
+	return ws
+}
+
+// check validates weights against the model: count, lengths and finiteness.
+func (m *Model) check(weights [][]float32) error {
+	if len(weights) != len(m.specs) {
+		return fmt.Errorf("model: %d weight tensors, %s has %d", len(weights), m.arch, len(m.specs))
+	}
+	for i, w := range weights {
+		if len(w) != m.specs[i].Size() {
+			return fmt.Errorf("model: tensor %d (%s) has %d values, want %d (shape %v)",
+				i, m.specs[i].Name, len(w), m.specs[i].Size(), m.specs[i].Shape)
+		}
+		for j, v := range w {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("model: tensor %d (%s) value %d is %v", i, m.specs[i].Name, j, v)
+			}
+		}
+	}
+	return nil
+}

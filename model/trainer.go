@@ -1,0 +1,567 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/gobackend"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/support/exceptions"
+
+	"github.com/fedpq/fedpq/corr"
+)
+
+// Optimizer configures local training. Name is "sgd" (with optional
+// heavy-ball Momentum, PyTorch's convention: v = m*v + g, w -= LR*v) or
+// "adam" (betas 0.9 and 0.999, epsilon 1e-8, bias-corrected as in
+// PyTorch). WeightDecay adds WeightDecay*w to every gradient (L2, PyTorch's
+// weight_decay, not AdamW's decoupled decay).
+type Optimizer struct {
+	Name                      string
+	LR, Momentum, WeightDecay float64
+}
+
+func (o Optimizer) validate() error {
+	switch o.Name {
+	case "sgd", "adam":
+	default:
+		return fmt.Errorf("model: unknown optimizer %q (want sgd or adam)", o.Name)
+	}
+	if !(o.LR > 0) || math.IsInf(o.LR, 0) {
+		return fmt.Errorf("model: learning rate %v, want a finite positive value", o.LR)
+	}
+	if !(o.Momentum >= 0 && o.Momentum < 1) {
+		return fmt.Errorf("model: momentum %v, want [0, 1)", o.Momentum)
+	}
+	if o.Momentum != 0 && o.Name == "adam" {
+		return fmt.Errorf("model: adam takes no momentum (its betas are fixed)")
+	}
+	if !(o.WeightDecay >= 0) || math.IsInf(o.WeightDecay, 0) {
+		return fmt.Errorf("model: weight decay %v, want a finite value >= 0", o.WeightDecay)
+	}
+	return nil
+}
+
+// slots is the number of optimizer state tensors per parameter tensor.
+func (o Optimizer) slots() int {
+	switch {
+	case o.Name == "adam":
+		return 2 // first and second moments
+	case o.Momentum > 0:
+		return 1 // velocity
+	}
+	return 0
+}
+
+const (
+	adamBeta1 = 0.9
+	adamBeta2 = 0.999
+	adamEps   = 1e-8
+	// evalBatch is the batch of the evaluation graph: large enough that the
+	// matrix products are efficient, small enough that activations of the
+	// largest model stay a few tens of MB.
+	evalBatch = 256
+)
+
+// TrainConfig is one client's local training: Epochs passes over its
+// examples in minibatches of Batch, shuffled per epoch, with the shuffle and
+// dropout drawn from streams derived from Seed (which the caller makes
+// distinct per client and round).
+type TrainConfig struct {
+	Epochs, Batch int
+	Seed          uint64
+}
+
+// Trainer holds compiled training and evaluation graphs of one model and
+// optimizer, and the input buffers they read. Weights are inputs of the
+// graphs, so one Trainer serves any number of clients without recompiling.
+// A Trainer is not safe for concurrent use: use one per worker goroutine.
+type Trainer struct {
+	m       *Model
+	opt     Optimizer
+	backend compute.Backend
+	train   map[int]*program // by batch size
+	eval    *program
+}
+
+// program is one compiled graph and its reusable, host-shared input buffers.
+type program struct {
+	g     *Graph
+	batch int
+	x     []float32   // [batch, features...]
+	y     []int32     // [batch]
+	wt    []float32   // per-example weight of the loss (0 for padding)
+	masks [][]float32 // dropout masks (training only)
+	in    []compute.Buffer
+	fixed int // index in in of the first data buffer (x); params and state come before
+}
+
+// NewTrainer returns a Trainer for m with optimizer opt, compiling the
+// evaluation graph now and a training graph per batch size on first use
+// (each is then cached: clients only swap weights).
+func (m *Model) NewTrainer(opt Optimizer) (*Trainer, error) {
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	t := &Trainer{m: m, opt: opt, backend: gobackend.GetBackend(), train: map[int]*program{}}
+	var err error
+	if t.eval, err = t.build(evalBatch, false); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Model is the trainer's model.
+func (t *Trainer) Model() *Model { return t.m }
+
+// build compiles a training (train) or evaluation graph for a batch size.
+//
+// Training inputs: the parameters, the optimizer state (slots per
+// parameter), for adam two scalars (the bias-corrected step size and
+// sqrt(1-beta2^t)), then x, y, the loss weights and the dropout masks.
+// Outputs: the new parameters, the new state and the step's loss. The
+// loss is sum_i wt_i * CE_i, with wt_i = 1/(examples in the batch) for real
+// examples and 0 for padding, so a short last batch is a mean over its own
+// examples, as in PyTorch without drop_last, at the price of computing the
+// padded rows.
+//
+// Evaluation inputs: the parameters, x, y, wt (1 or 0); outputs: the
+// weighted sum of cross-entropies and the weighted count of correct
+// predictions.
+func (t *Trainer) build(batch int, train bool) (p *program, err error) {
+	m := t.m
+	p = &program{batch: batch}
+	err = exceptions.TryCatch[error](func() {
+		g := NewGraph(t.backend, fmt.Sprintf("%s-%s-%d", m.arch, map[bool]string{true: "train", false: "eval"}[train], batch))
+		params := make([]*Node, len(m.specs))
+		for i, s := range m.specs {
+			params[i] = Parameter(g, s.Name, f32(s.Shape...))
+		}
+		slots := 0
+		var state []*Node
+		var lrt, bc2 *Node
+		if train {
+			slots = t.opt.slots()
+			for k := range slots {
+				for _, s := range m.specs {
+					state = append(state, Parameter(g, fmt.Sprintf("%s/slot%d", s.Name, k), f32(s.Shape...)))
+				}
+			}
+			if t.opt.Name == "adam" {
+				lrt = Parameter(g, "adam/lr_t", f32())
+				bc2 = Parameter(g, "adam/bc2", f32())
+			}
+		}
+		p.fixed = g.NumParameters()
+		x := Parameter(g, "x", f32(append([]int{batch}, m.input...)...))
+		y := Parameter(g, "y", shapes.Make(dtypes.Int32, batch))
+		wt := Parameter(g, "wt", f32(batch))
+		var masks []*Node
+		if train {
+			for i, d := range m.dropoutShapes(batch) {
+				masks = append(masks, Parameter(g, fmt.Sprintf("dropout%d", i), f32(d...)))
+			}
+		}
+		logits := m.forward(x, params, masks)
+		ce := crossEntropy(logits, y, m.classes)
+		loss := ReduceAllSum(Mul(ce, wt))
+		var outs []*Node
+		if train {
+			grads := Gradient(loss, params...)
+			outs = t.update(params, grads, state, lrt, bc2)
+			outs = append(outs, loss)
+		} else {
+			correct := ConvertDType(Equal(ArgMax(logits, -1, dtypes.Int32), y), dtypes.Float32)
+			outs = []*Node{loss, ReduceAllSum(Mul(correct, wt))}
+		}
+		if err := g.Compile(outs...); err != nil {
+			panic(err)
+		}
+		p.g = g
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model: building the %s graph of %s: %w", map[bool]string{true: "training", false: "evaluation"}[train], m.arch, err)
+	}
+	// Host-shared data buffers: written in place before each step, never donated.
+	newShared := func(shape shapes.Shape) (compute.Buffer, any, error) {
+		return t.backend.NewSharedBuffer(0, shape)
+	}
+	p.in = make([]compute.Buffer, p.g.NumParameters())
+	buf, flat, err := newShared(f32(append([]int{batch}, m.input...)...))
+	if err != nil {
+		return nil, err
+	}
+	p.in[p.fixed], p.x = buf, flat.([]float32)
+	if buf, flat, err = newShared(shapes.Make(dtypes.Int32, batch)); err != nil {
+		return nil, err
+	}
+	p.in[p.fixed+1], p.y = buf, flat.([]int32)
+	if buf, flat, err = newShared(f32(batch)); err != nil {
+		return nil, err
+	}
+	p.in[p.fixed+2], p.wt = buf, flat.([]float32)
+	if train {
+		for i, d := range m.dropoutShapes(batch) {
+			if buf, flat, err = newShared(f32(d...)); err != nil {
+				return nil, err
+			}
+			p.in[p.fixed+3+i] = buf
+			p.masks = append(p.masks, flat.([]float32))
+		}
+	}
+	return p, nil
+}
+
+// update builds the optimizer step: the new parameters followed by the new
+// state, in the order of the state inputs.
+func (t *Trainer) update(params, grads, state []*Node, lrt, bc2 *Node) []*Node {
+	o := t.opt
+	n := len(params)
+	newP := make([]*Node, n)
+	newS := make([]*Node, len(state))
+	for i, w := range params {
+		g := grads[i]
+		if o.WeightDecay > 0 {
+			g = Add(g, MulScalar(w, o.WeightDecay))
+		}
+		switch {
+		case o.Name == "adam":
+			mo := Add(MulScalar(state[i], adamBeta1), MulScalar(g, 1-adamBeta1))
+			v := Add(MulScalar(state[n+i], adamBeta2), MulScalar(Square(g), 1-adamBeta2))
+			// PyTorch: w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+			denom := AddScalar(Div(Sqrt(v), bc2), adamEps)
+			newP[i] = Sub(w, Mul(lrt, Div(mo, denom)))
+			newS[i], newS[n+i] = mo, v
+		case o.Momentum > 0:
+			v := Add(MulScalar(state[i], o.Momentum), g)
+			newP[i] = Sub(w, MulScalar(v, o.LR))
+			newS[i] = v
+		default:
+			newP[i] = Sub(w, MulScalar(g, o.LR))
+		}
+	}
+	return append(newP, newS...)
+}
+
+// program returns the training program for a batch size, compiling it on
+// first use.
+func (t *Trainer) program(batch int) (*program, error) {
+	if p, ok := t.train[batch]; ok {
+		return p, nil
+	}
+	p, err := t.build(batch, true)
+	if err != nil {
+		return nil, err
+	}
+	t.train[batch] = p
+	return p, nil
+}
+
+// checkData validates the dataset and the selected examples, and returns
+// the number of examples in x.
+func (t *Trainer) checkData(x []float32, y []int32, idx []int) (int, error) {
+	feat := t.m.Features()
+	if len(x)%feat != 0 {
+		return 0, fmt.Errorf("model: %d feature values is not a multiple of %d (input %v)", len(x), feat, t.m.input)
+	}
+	n := len(x) / feat
+	if len(y) != n {
+		return 0, fmt.Errorf("model: %d labels for %d examples", len(y), n)
+	}
+	for _, i := range idx {
+		if i < 0 || i >= n {
+			return 0, fmt.Errorf("model: example index %d out of range [0, %d)", i, n)
+		}
+		if y[i] < 0 || int(y[i]) >= t.m.classes {
+			return 0, fmt.Errorf("model: example %d has label %d, want [0, %d)", i, y[i], t.m.classes)
+		}
+		for _, v := range x[i*feat : (i+1)*feat] {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return 0, fmt.Errorf("model: example %d has a feature %v", i, v)
+			}
+		}
+	}
+	return n, nil
+}
+
+// load copies weights into new device buffers (the Go backend's "device"
+// is host memory, so this is one copy).
+func (t *Trainer) load(weights [][]float32) ([]compute.Buffer, error) {
+	bufs := make([]compute.Buffer, len(weights))
+	for i, w := range weights {
+		b, err := t.backend.BufferFromFlatData(0, w, f32(t.m.specs[i].Shape...))
+		if err != nil {
+			finalize(bufs[:i])
+			return nil, err
+		}
+		bufs[i] = b
+	}
+	return bufs, nil
+}
+
+// zeros returns k zero-filled buffers per parameter tensor.
+func (t *Trainer) zeros(k int) ([]compute.Buffer, error) {
+	var bufs []compute.Buffer
+	for range k {
+		for _, s := range t.m.specs {
+			b, err := t.backend.BufferFromFlatData(0, make([]float32, s.Size()), f32(s.Shape...))
+			if err != nil {
+				finalize(bufs)
+				return nil, err
+			}
+			bufs = append(bufs, b)
+		}
+	}
+	return bufs, nil
+}
+
+func finalize(bufs []compute.Buffer) {
+	for _, b := range bufs {
+		if b != nil {
+			_ = b.Finalize()
+		}
+	}
+}
+
+// fill writes the examples sel of (x, y) into p's data buffers, with loss
+// weight w each, and zeroes the padding rows.
+func (p *program) fill(x []float32, y []int32, sel []int, feat int, w float32) {
+	for j, i := range sel {
+		copy(p.x[j*feat:(j+1)*feat], x[i*feat:(i+1)*feat])
+		p.y[j] = y[i]
+		p.wt[j] = w
+	}
+	clear(p.x[len(sel)*feat:])
+	clear(p.y[len(sel):])
+	clear(p.wt[len(sel):])
+}
+
+// execute runs p on its inputs, donating those marked, and converts a
+// backend panic into an error.
+func (p *program) execute(donate []bool) (out []compute.Buffer, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("model: executing %s: %v", p.g.Name(), r)
+		}
+	}()
+	return p.g.Executable().Execute(p.in, donate, 0)
+}
+
+func scalar(b compute.Buffer) (float64, error) {
+	v := make([]float32, 1)
+	if err := b.ToFlatData(v); err != nil {
+		return 0, err
+	}
+	return float64(v[0]), nil
+}
+
+// Train runs local training of the model from weights on the examples idx
+// of (x, y) and returns the new weights (fresh slices, in Tensors order)
+// and the mean training loss over all steps (each step's mean weighted by
+// its examples). The optimizer state starts from zero on every call, so
+// one client's training never leaks into the next. x holds every example's
+// features back to back (example i is x[i*F:(i+1)*F], F = Features(),
+// images HWC); y their labels. Each epoch visits idx in an order shuffled
+// by the stream Derive(SeedSecret(cfg.Seed), "model shuffle"), in
+// minibatches of cfg.Batch; a last, shorter minibatch runs in the same
+// compiled graph with its padding rows weighted 0 (see build). Dropout
+// masks come from the stream "model dropout". The same inputs give
+// bit-for-bit the same outputs.
+func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y []int32, idx []int, cfg TrainConfig) ([][]float32, float64, error) {
+	if cfg.Epochs <= 0 || cfg.Batch <= 0 {
+		return nil, 0, fmt.Errorf("model: %d epochs of batch %d, both must be positive", cfg.Epochs, cfg.Batch)
+	}
+	if len(idx) == 0 {
+		return nil, 0, errors.New("model: no training examples")
+	}
+	if err := t.m.check(weights); err != nil {
+		return nil, 0, err
+	}
+	if _, err := t.checkData(x, y, idx); err != nil {
+		return nil, 0, err
+	}
+	p, err := t.program(cfg.Batch)
+	if err != nil {
+		return nil, 0, err
+	}
+	nt := len(t.m.specs)
+	params, err := t.load(weights)
+	if err != nil {
+		return nil, 0, err
+	}
+	state, err := t.zeros(t.opt.slots())
+	if err != nil {
+		finalize(params)
+		return nil, 0, err
+	}
+	live := append(params, state...) // the buffers this call owns
+	defer func() { finalize(live) }()
+	donate := make([]bool, len(p.in))
+	for i := range len(live) {
+		donate[i] = true
+	}
+	adam := t.opt.Name == "adam"
+	var scalars []compute.Buffer
+	if adam {
+		scalars = make([]compute.Buffer, 2)
+		defer func() { finalize(scalars) }()
+	}
+
+	secret := corr.SeedSecret(cfg.Seed)
+	shuffle := corr.Derive(secret, "model shuffle")
+	drop := corr.Derive(secret, "model dropout")
+	dropP := t.m.dropoutProbs()
+	perm := make([]int, len(idx))
+	sel := make([]int, 0, cfg.Batch)
+	var bits []uint32
+	feat := t.m.Features()
+	var lossSum float64
+	step := 0
+	for range cfg.Epochs {
+		corr.Shuffle(shuffle, perm)
+		for start := 0; start < len(perm); start += cfg.Batch {
+			if err := ctx.Err(); err != nil {
+				return nil, 0, err
+			}
+			sel = sel[:0]
+			for _, j := range perm[start:min(start+cfg.Batch, len(perm))] {
+				sel = append(sel, idx[j])
+			}
+			p.fill(x, y, sel, feat, 1/float32(len(sel)))
+			for k, mask := range p.masks {
+				if cap(bits) < len(mask) {
+					bits = make([]uint32, len(mask))
+				}
+				bits = bits[:len(mask)]
+				drop.Fill32(bits)
+				fillMask(mask, bits, dropP[k])
+			}
+			step++
+			copy(p.in, live)
+			if adam {
+				// PyTorch's bias corrections, computed in float64 here.
+				lrt := float32(t.opt.LR / (1 - math.Pow(adamBeta1, float64(step))))
+				bc2 := float32(math.Sqrt(1 - math.Pow(adamBeta2, float64(step))))
+				finalize(scalars)
+				scalars = scalars[:0]
+				for _, v := range []float32{lrt, bc2} {
+					b, err := t.backend.BufferFromFlatData(0, []float32{v}, f32())
+					if err != nil {
+						return nil, 0, err
+					}
+					scalars = append(scalars, b)
+				}
+				copy(p.in[len(live):], scalars)
+			}
+			out, err := p.execute(donate)
+			for i := range live {
+				live[i] = nil // donated: the backend owns (and may have reused) them
+			}
+			if err != nil {
+				return nil, 0, err
+			}
+			copy(live, out[:len(live)])
+			l, err := scalar(out[len(live)])
+			_ = out[len(live)].Finalize()
+			if err != nil {
+				return nil, 0, err
+			}
+			lossSum += l * float64(len(sel))
+		}
+	}
+	res := make([][]float32, nt)
+	for i, s := range t.m.specs {
+		res[i] = make([]float32, s.Size())
+		if err := live[i].ToFlatData(res[i]); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err := t.m.check(res); err != nil {
+		return nil, 0, fmt.Errorf("model: training diverged: %w", err)
+	}
+	return res, lossSum / float64(cfg.Epochs*len(idx)), nil
+}
+
+// fillMask sets mask[j] to 0 with probability p and to 1/(1-p) otherwise
+// (inverted dropout, so evaluation needs no rescaling), from 32 random bits
+// per unit.
+func fillMask(mask []float32, bits []uint32, p float64) {
+	cut := uint32(math.Round(p * (1 << 32)))
+	keep := float32(1 / (1 - p))
+	for j, b := range bits {
+		if b < cut {
+			mask[j] = 0
+		} else {
+			mask[j] = keep
+		}
+	}
+}
+
+// dropoutProbs lists the dropout layers' probabilities in forward order.
+func (m *Model) dropoutProbs() []float64 {
+	var out []float64
+	for _, st := range m.steps {
+		if st.kind == dropout {
+			out = append(out, st.p)
+		}
+	}
+	return out
+}
+
+// Evaluate returns the accuracy and the mean cross-entropy of weights on
+// the examples idx of (x, y) (nil idx: all examples), in batches of 256
+// with the last one padded and masked.
+func (t *Trainer) Evaluate(weights [][]float32, x []float32, y []int32, idx []int) (acc, loss float64, err error) {
+	if err := t.m.check(weights); err != nil {
+		return 0, 0, err
+	}
+	if idx == nil {
+		feat := t.m.Features()
+		if len(x)%feat != 0 {
+			return 0, 0, fmt.Errorf("model: %d feature values is not a multiple of %d", len(x), feat)
+		}
+		idx = make([]int, len(x)/feat)
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	if len(idx) == 0 {
+		return 0, 0, errors.New("model: no examples to evaluate")
+	}
+	if _, err := t.checkData(x, y, idx); err != nil {
+		return 0, 0, err
+	}
+	params, err := t.load(weights)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer finalize(params)
+	p := t.eval
+	copy(p.in, params)
+	donate := make([]bool, len(p.in))
+	feat := t.m.Features()
+	var lossSum, correct float64
+	for start := 0; start < len(idx); start += p.batch {
+		sel := idx[start:min(start+p.batch, len(idx))]
+		p.fill(x, y, sel, feat, 1)
+		out, err := p.execute(donate)
+		if err != nil {
+			return 0, 0, err
+		}
+		l, err1 := scalar(out[0])
+		c, err2 := scalar(out[1])
+		finalize(out)
+		if err := errors.Join(err1, err2); err != nil {
+			return 0, 0, err
+		}
+		lossSum += l
+		correct += c
+	}
+	n := float64(len(idx))
+	return correct / n, lossSum / n, nil
+}
