@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"image/color"
 	"io"
@@ -53,6 +54,36 @@ func PlotAccuracy(runs []*Run, path string, title string) error {
 	if format != "png" && format != "svg" {
 		return fmt.Errorf("plot %s: unknown format %q: want a .png or .svg file", path, filepath.Ext(path))
 	}
+	p, curves, err := accuracyPlot(runs, title)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	var wt io.WriterTo
+	if format == "png" {
+		c := vgimg.NewWith(vgimg.UseWH(plotWidth, plotHeight), vgimg.UseDPI(plotDPI))
+		placeLegend(p, margin(draw.New(c)), curves)
+		p.Draw(margin(draw.New(c)))
+		wt = vgimg.PngCanvas{Canvas: c}
+	} else {
+		c := vgsvg.New(plotWidth, plotHeight)
+		placeLegend(p, margin(draw.New(c)), curves)
+		p.Draw(margin(draw.New(c)))
+		wt = c
+	}
+	var b bytes.Buffer
+	if _, err := wt.WriteTo(&b); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	if err := writeFileAtomic(path, b.Bytes()); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
+}
+
+// accuracyPlot builds the figure of PlotAccuracy, all but the legend's
+// place, which depends on the canvas; it returns the curves drawn, for
+// placeLegend.
+func accuracyPlot(runs []*Run, title string) (*plot.Plot, []plotter.XYs, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.Title.TextStyle.Font.Size = vg.Points(13)
@@ -61,16 +92,13 @@ func PlotAccuracy(runs []*Run, path string, title string) error {
 	p.X.Label.TextStyle.Font.Size = vg.Points(11)
 	p.Y.Label.TextStyle.Font.Size = vg.Points(11)
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = false // accuracy rises: the bottom right is where the curves are not
-	p.Legend.Left = false
-	p.Legend.XOffs = -vg.Points(6)
-	p.Legend.YOffs = vg.Points(6)
 	p.Legend.TextStyle.Font.Size = vg.Points(10)
 
 	labels := runLabels(runs)
 	lo, hi := math.Inf(1), math.Inf(-1)
 	xmin, xmax := math.Inf(1), math.Inf(-1)
 	drawn := 0
+	var curves []plotter.XYs
 	for i, run := range runs {
 		acc := run.accuracy()
 		if len(acc) == 0 {
@@ -81,13 +109,14 @@ func PlotAccuracy(runs []*Run, path string, title string) error {
 		xmin = math.Min(xmin, float64(run.Rounds[0].Round))
 		xmax = math.Max(xmax, float64(run.Rounds[len(run.Rounds)-1].Round))
 		xys := make(plotter.XYs, len(acc))
+		curves = append(curves, xys)
 		for j, pt := range acc {
 			xys[j].X, xys[j].Y = pt[0], pt[1]
 			lo, hi = math.Min(lo, pt[1]), math.Max(hi, pt[1])
 		}
 		line, points, err := plotter.NewLinePoints(xys)
 		if err != nil {
-			return fmt.Errorf("plot %s: %s: %w", path, labels[i], err)
+			return nil, nil, fmt.Errorf("%s: %w", labels[i], err)
 		}
 		c := palette[drawn%len(palette)]
 		line.Color = c
@@ -100,7 +129,7 @@ func PlotAccuracy(runs []*Run, path string, title string) error {
 		drawn++
 	}
 	if drawn == 0 {
-		return fmt.Errorf("plot %s: no run has an evaluated round (no accuracy to draw)", path)
+		return nil, nil, errors.New("no run has an evaluated round (no accuracy to draw)")
 	}
 	p.Y.Min, p.Y.Max = accuracyRange(lo, hi)
 	p.Y.Tick.Marker = niceTicks{}
@@ -109,25 +138,68 @@ func PlotAccuracy(runs []*Run, path string, title string) error {
 	}
 	p.X.Min, p.X.Max = xmin, xmax
 	p.X.Tick.Marker = niceTicks{integer: true}
+	return p, curves, nil
+}
 
-	var wt io.WriterTo
-	if format == "png" {
-		c := vgimg.NewWith(vgimg.UseWH(plotWidth, plotHeight), vgimg.UseDPI(plotDPI))
-		p.Draw(margin(draw.New(c)))
-		wt = vgimg.PngCanvas{Canvas: c}
-	} else {
-		c := vgsvg.New(plotWidth, plotHeight)
-		p.Draw(margin(draw.New(c)))
-		wt = c
+// placeLegend puts the legend in the corner of the data area where it
+// hides the least of the curves, judged by points sampled every 2 pt along
+// them. Ties go, in order, to the bottom right (rising accuracy curves
+// usually leave it empty), the top left, the top right and the bottom left.
+func placeLegend(p *plot.Plot, c draw.Canvas, curves []plotter.XYs) {
+	dc := p.DataCanvas(c)
+	tx, ty := p.Transforms(&dc)
+	var pts []vg.Point
+	for _, xys := range curves {
+		for i := range xys {
+			b := vg.Point{X: tx(xys[i].X), Y: ty(xys[i].Y)}
+			if i == 0 {
+				pts = append(pts, b)
+				continue
+			}
+			a := vg.Point{X: tx(xys[i-1].X), Y: ty(xys[i-1].Y)}
+			n := int(math.Hypot(float64(b.X-a.X), float64(b.Y-a.Y))/2) + 1
+			for k := 1; k <= n; k++ {
+				f := vg.Length(k) / vg.Length(n)
+				pts = append(pts, vg.Point{X: a.X + f*(b.X-a.X), Y: a.Y + f*(b.Y-a.Y)})
+			}
+		}
 	}
-	var b bytes.Buffer
-	if _, err := wt.WriteTo(&b); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
+	const inset = 6 // points between the legend and the axes
+	size := p.Legend.Rectangle(dc).Size()
+	best := -1
+	for _, corner := range []struct{ top, left bool }{{false, false}, {true, true}, {true, false}, {false, true}} {
+		// The legend's box, with a clearance of 8 pt around it.
+		var r vg.Rectangle
+		if corner.left {
+			r.Min.X = dc.Min.X + inset
+		} else {
+			r.Min.X = dc.Max.X - inset - size.X
+		}
+		if corner.top {
+			r.Min.Y = dc.Max.Y - inset - size.Y
+		} else {
+			r.Min.Y = dc.Min.Y + inset
+		}
+		r.Max = r.Min.Add(size)
+		r.Min, r.Max = r.Min.Sub(vg.Point{X: 8, Y: 8}), r.Max.Add(vg.Point{X: 8, Y: 8})
+		hidden := 0
+		for _, pt := range pts {
+			if pt.X >= r.Min.X && pt.X <= r.Max.X && pt.Y >= r.Min.Y && pt.Y <= r.Max.Y {
+				hidden++
+			}
+		}
+		if best < 0 || hidden < best {
+			best = hidden
+			p.Legend.Top, p.Legend.Left = corner.top, corner.left
+			p.Legend.XOffs, p.Legend.YOffs = -inset, inset
+			if corner.left {
+				p.Legend.XOffs = inset
+			}
+			if corner.top {
+				p.Legend.YOffs = -inset
+			}
+		}
 	}
-	if err := writeFileAtomic(path, b.Bytes()); err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	return nil
 }
 
 // margin keeps the title and the last tick label off the edge of the

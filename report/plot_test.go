@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // twoRuns writes two finished runs, "alpha" and "beta", under a temporary
@@ -104,6 +107,36 @@ func TestPlotErrors(t *testing.T) {
 	// A run without accuracy beside one with is left out, not an error.
 	if err := PlotAccuracy([]*Run{none, runs[0]}, filepath.Join(dir, "x.svg"), ""); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestLegendPlacement: the legend goes where it hides no curve, the
+// bottom right unless a curve passes there.
+func TestLegendPlacement(t *testing.T) {
+	// Accuracies span [0, 1], so the curves run into the corners.
+	rising, falling, flat := &Run{Dir: "rising"}, &Run{Dir: "falling"}, &Run{Dir: "flat"}
+	for i := 0; i <= 10; i++ {
+		rising.Rounds = append(rising.Rounds, Round{Round: i, Accuracy: ptr(0.1 * float64(i))})
+		falling.Rounds = append(falling.Rounds, Round{Round: i, Accuracy: ptr(1 - 0.1*float64(i))})
+		flat.Rounds = append(flat.Rounds, Round{Round: i, Accuracy: ptr(0.02)})
+	}
+	for _, tc := range []struct {
+		runs      []*Run
+		top, left bool
+	}{
+		{[]*Run{rising}, false, false},     // bottom left to top right: the bottom right is free
+		{[]*Run{falling}, true, false},     // top left to bottom right: the top right is free
+		{[]*Run{rising, flat}, true, true}, // only the top left is free
+	} {
+		p, curves, err := accuracyPlot(tc.runs, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		placeLegend(p, margin(draw.New(vgimg.New(plotWidth, plotHeight))), curves)
+		if p.Legend.Top != tc.top || p.Legend.Left != tc.left {
+			t.Errorf("%s...: legend top=%v left=%v, want top=%v left=%v",
+				tc.runs[0].Dir, p.Legend.Top, p.Legend.Left, tc.top, tc.left)
+		}
 	}
 }
 
