@@ -1,0 +1,122 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/fedpq/fedpq/data"
+	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/model"
+	"github.com/fedpq/fedpq/report"
+)
+
+// Run builds the experiment c, runs it, and records it in c.Dir():
+// config.yaml (c as resolved), metrics.jsonl, summary.json and the accuracy
+// plots. progress, if not nil, sees every round as it ends.
+func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Summary, error) {
+	ec, err := c.engineConfig()
+	if err != nil {
+		return nil, err
+	}
+	opt, err := c.optimizer()
+	if err != nil {
+		return nil, err
+	}
+	fed, err := data.Load(c.Dataset, data.Options{Dir: data.Dir(c.DataDir), Clients: c.Clients, Seed: c.Seed})
+	if err != nil {
+		return nil, err
+	}
+	clients, err := partition(c, fed)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.New(c.Model, fed.Train.Shape, fed.Train.Classes)
+	if err != nil {
+		return nil, err
+	}
+	workers := c.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	task := fl.Task{Model: m, Data: fed, Clients: clients}
+	for range min(workers, len(clients)) {
+		tr, err := m.NewTrainer(opt)
+		if err != nil {
+			return nil, err
+		}
+		task.Trainers = append(task.Trainers, tr)
+	}
+	eng, err := fl.New(ec, task)
+	if err != nil {
+		return nil, err
+	}
+
+	dir := c.Dir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	y, err := c.YAML()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), y, 0o644); err != nil {
+		return nil, err
+	}
+	w, err := report.Create(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &report.Summary{
+		Name: c.Name, Mechanism: c.Mechanism, Dataset: c.Dataset, Model: c.Model,
+		Seed: c.Seed, BestAccuracy: -1,
+	}
+	err = eng.Run(ctx, func(r report.Round) error {
+		s.Rounds = r.Round
+		s.UplinkBitsTotal += r.UplinkBits
+		s.UplinkBitsPerParam = r.UplinkBitsPerParam
+		s.EpsilonPerRound, s.EpsilonSpent = r.Epsilon, r.EpsilonSpent
+		s.Seconds = r.Seconds
+		if r.Accuracy != nil {
+			s.FinalAccuracy = *r.Accuracy
+			if *r.Accuracy > s.BestAccuracy {
+				s.BestAccuracy, s.BestRound = *r.Accuracy, r.Round
+			}
+		}
+		if progress != nil {
+			progress(r)
+		}
+		return w.Round(r)
+	})
+	if cerr := w.Close(*s); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// partition gives each client its examples.
+func partition(c Config, fed *data.Federated) ([][]int, error) {
+	kind, arg, err := parsePartition(c.Partition)
+	if err != nil {
+		return nil, err
+	}
+	train := fed.Train
+	switch kind {
+	case "natural":
+		if fed.Natural == nil {
+			return nil, fmt.Errorf("partition natural: %s has no clients of its own; use iid, dirichlet:ALPHA or shards:K", c.Dataset)
+		}
+		return fed.Natural, nil
+	case "iid":
+		return data.IID(train.Len(), c.Clients, c.Seed)
+	case "dirichlet":
+		return data.Dirichlet(train.Y, train.Classes, c.Clients, arg, c.Seed)
+	default: // shards
+		return data.Shards(train.Y, c.Clients, int(arg), c.Seed)
+	}
+}

@@ -1,0 +1,102 @@
+package fl
+
+import (
+	"github.com/fedpq/fedpq/mech"
+)
+
+// aggregate is the server's side of a round: one streaming Sum per tensor
+// when every upload weighs the same, or, for FedAvg with unequal clients, a
+// weighted sum of each upload decoded on its own. Either way memory is the
+// size of the model, whatever the number of clients.
+type aggregate struct {
+	m        mech.Mechanism
+	ranges   []mech.Range
+	sizes    []int
+	sums     []mech.Sum // equal weights
+	weighted bool
+	acc      [][]float64 // weighted: sum of weight * decoded upload
+	total    float64     // weighted: sum of weights
+	n        int
+}
+
+func (e *Engine) newAggregate(ranges []mech.Range, sel []int) (*aggregate, error) {
+	a := &aggregate{m: e.m, ranges: ranges}
+	for _, s := range e.specs {
+		a.sizes = append(a.sizes, size(s.Shape))
+	}
+	if e.cfg.Weighting == "examples" {
+		for _, k := range sel {
+			if len(e.task.Clients[k]) != len(e.task.Clients[sel[0]]) {
+				a.weighted = true
+				break
+			}
+		}
+	}
+	if a.weighted {
+		for _, n := range a.sizes {
+			a.acc = append(a.acc, make([]float64, n))
+		}
+		return a, nil
+	}
+	for i, n := range a.sizes {
+		s, err := e.m.NewSum(n, ranges[i])
+		if err != nil {
+			return nil, err
+		}
+		a.sums = append(a.sums, s)
+	}
+	return a, nil
+}
+
+// add decodes one upload into the aggregate.
+func (a *aggregate) add(u upload, slot mech.Slot) error {
+	if !a.weighted {
+		for i, p := range u.payloads {
+			if err := a.sums[i].Add(p, slot); err != nil {
+				return err
+			}
+		}
+		a.n++
+		return nil
+	}
+	w := float64(u.examples)
+	for i, p := range u.payloads {
+		s, err := a.m.NewSum(a.sizes[i], a.ranges[i])
+		if err != nil {
+			return err
+		}
+		if err := s.Add(p, slot); err != nil {
+			return err
+		}
+		dec := make([]float64, a.sizes[i])
+		if err := s.Mean(dec); err != nil {
+			return err
+		}
+		for j, v := range dec {
+			a.acc[i][j] += w * v
+		}
+	}
+	a.total += w
+	a.n++
+	return nil
+}
+
+func (a *aggregate) count() int { return a.n }
+
+// mean is the estimate of the (weighted) mean upload.
+func (a *aggregate) mean() ([][]float64, error) {
+	est := make([][]float64, len(a.sizes))
+	for i, n := range a.sizes {
+		est[i] = make([]float64, n)
+		if a.weighted {
+			for j, v := range a.acc[i] {
+				est[i][j] = v / a.total
+			}
+			continue
+		}
+		if err := a.sums[i].Mean(est[i]); err != nil {
+			return nil, err
+		}
+	}
+	return est, nil
+}

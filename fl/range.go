@@ -1,0 +1,137 @@
+package fl
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fedpq/fedpq/mech"
+)
+
+// RangeRule says how each round's clipping range (c, r) of a tensor is
+// chosen. The range is public: the server announces it with the model.
+type RangeRule struct {
+	// Kind is "minmax" (c and r from the min and max of the reference: the
+	// global weights, as the reimplementations of LDP-FL and CorBin-FL do,
+	// or in updates mode the last estimated update, the weights in round 1), "fixed" (Center and
+	// Radius for every tensor, as LDP-FL's paper does: (0, 0.075) on MNIST)
+	// or "quantile" (c the median of the reference, r the Quantile of
+	// |reference - c|).
+	Kind           string
+	Center, Radius float64 // fixed
+	Quantile       float64
+	Scale          float64 // the radius of minmax and quantile is multiplied by this
+}
+
+// minRadius keeps a tensor whose reference is constant (biases start at
+// zero) encodable.
+const minRadius = 1e-3
+
+// ParseRange reads minmax, minmax:SCALE, fixed:C,R, quantile:Q or
+// quantile:Q,SCALE.
+func ParseRange(s string) (RangeRule, error) {
+	kind, args, _ := strings.Cut(s, ":")
+	var nums []float64
+	if args != "" {
+		for _, f := range strings.Split(args, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil {
+				return RangeRule{}, fmt.Errorf("fl: range %q: %q is not a number", s, f)
+			}
+			nums = append(nums, v)
+		}
+	}
+	r := RangeRule{Kind: kind, Scale: 1}
+	switch {
+	case kind == "minmax" && len(nums) <= 1:
+		if len(nums) == 1 {
+			r.Scale = nums[0]
+		}
+	case kind == "fixed" && len(nums) == 2:
+		r.Center, r.Radius = nums[0], nums[1]
+	case kind == "quantile" && (len(nums) == 1 || len(nums) == 2):
+		r.Quantile = nums[0]
+		if len(nums) == 2 {
+			r.Scale = nums[1]
+		}
+	default:
+		return RangeRule{}, fmt.Errorf("fl: range %q: want minmax, minmax:SCALE, fixed:C,R, quantile:Q or quantile:Q,SCALE", s)
+	}
+	return r, r.validate()
+}
+
+func (r RangeRule) String() string {
+	switch r.Kind {
+	case "fixed":
+		return fmt.Sprintf("fixed:%g,%g", r.Center, r.Radius)
+	case "quantile":
+		return fmt.Sprintf("quantile:%g,%g", r.Quantile, r.Scale)
+	}
+	return fmt.Sprintf("minmax:%g", r.Scale)
+}
+
+func (r RangeRule) validate() error {
+	switch r.Kind {
+	case "fixed":
+		return mech.Range{Center: r.Center, Radius: r.Radius}.Validate()
+	case "minmax", "quantile":
+		if !(r.Scale > 0) || math.IsInf(r.Scale, 0) {
+			return fmt.Errorf("fl: range scale %v must be positive", r.Scale)
+		}
+		if r.Kind == "quantile" && !(r.Quantile > 0 && r.Quantile <= 1) {
+			return fmt.Errorf("fl: range quantile %v must be in (0, 1]", r.Quantile)
+		}
+		return nil
+	}
+	return fmt.Errorf("fl: range kind %q: want minmax, fixed or quantile", r.Kind)
+}
+
+// ranges returns this round's range of every tensor.
+func (e *Engine) ranges() ([]mech.Range, error) {
+	rule := e.cfg.Range
+	ref := e.global
+	if e.cfg.Perturb == "updates" && e.prevUpd != nil {
+		// The last estimated update; before there is one, the weights
+		// themselves: an update seldom spans more than they do.
+		ref = e.prevUpd
+	}
+	out := make([]mech.Range, len(e.specs))
+	for i := range out {
+		if rule.Kind == "fixed" {
+			out[i] = mech.Range{Center: rule.Center, Radius: rule.Radius}
+		} else {
+			out[i] = rule.of(ref[i])
+		}
+		if err := out[i].Validate(); err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", e.specs[i].Name, err)
+		}
+	}
+	return out, nil
+}
+
+// of is the range a minmax or quantile rule gives for one tensor.
+func (r RangeRule) of(w []float32) mech.Range {
+	var c, rad float64
+	if r.Kind == "minmax" {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, v := range w {
+			lo, hi = min(lo, float64(v)), max(hi, float64(v))
+		}
+		c, rad = (hi+lo)/2, (hi-lo)/2
+	} else {
+		s := make([]float64, len(w))
+		for i, v := range w {
+			s[i] = float64(v)
+		}
+		sort.Float64s(s)
+		c = s[len(s)/2]
+		for i, v := range s {
+			s[i] = math.Abs(v - c)
+		}
+		sort.Float64s(s)
+		rad = s[min(len(s)-1, int(math.Ceil(r.Quantile*float64(len(s))))-1)]
+	}
+	return mech.Range{Center: c, Radius: max(rad*r.Scale, minRadius)}
+}

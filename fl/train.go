@@ -1,0 +1,442 @@
+package fl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/data"
+	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/model"
+	"github.com/fedpq/fedpq/report"
+)
+
+// Trainer trains and evaluates one worker's copy of the model;
+// *model.Trainer is one.
+type Trainer interface {
+	Train(ctx context.Context, weights [][]float32, x []float32, y []int32, idx []int, cfg model.TrainConfig) ([][]float32, float64, error)
+	Evaluate(weights [][]float32, x []float32, y []int32, idx []int) (acc, loss float64, err error)
+}
+
+// Config is everything about a federated run that the round engine uses.
+type Config struct {
+	Rounds          int
+	ClientsPerRound int     // clients sampled per round; 0 or more than there are: all
+	Dropout         float64 // probability that a sampled client drops out before it uploads
+	Mechanism       string
+	Mech            mech.Config
+	Transfer        bool      // paired mechanisms: the leader sends its shared bits, sealed
+	Range           RangeRule // the clipping range of each tensor, each round
+	// Perturb is "weights" (clients send their trained weights, as LDP-FL
+	// and CorBin-FL do) or "updates" (trained minus global, as JoPEQ does).
+	Perturb string
+	// Weighting is "examples" (FedAvg: each client weighs its number of
+	// examples) or "mean" (every update counts the same).
+	Weighting string
+	GlobalLR  float64 // lambda: global = (1-lambda) global + lambda estimate (weights); global += lambda estimate (updates)
+	// Patience reloads the best global model seen after this many
+	// evaluations without a better accuracy (CorBin-FL); 0 never reloads.
+	Patience  int
+	EvalEvery int // evaluate on the test set every this many rounds (and at the last)
+	Epochs    int // local epochs
+	Batch     int // local minibatch size
+	Seed      uint64
+	Workers   int // clients trained in parallel (0: all cores)
+}
+
+// Model is what the engine needs of an architecture; *model.Model is one.
+type Model interface {
+	Tensors() []model.TensorSpec
+	Init(seed uint64) [][]float32
+}
+
+// Task is what is trained: the model, one Trainer per worker, the data and
+// each client's examples.
+type Task struct {
+	Model    Model
+	Trainers []Trainer
+	Data     *data.Federated
+	Clients  [][]int // client k's examples in Data.Train
+}
+
+func (c *Config) validate(clients int) error {
+	switch {
+	case c.Rounds < 1:
+		return fmt.Errorf("fl: rounds %d must be at least 1", c.Rounds)
+	case clients < 1:
+		return errors.New("fl: no clients")
+	case !(c.Dropout >= 0 && c.Dropout < 1):
+		return fmt.Errorf("fl: dropout %v must be in [0, 1)", c.Dropout)
+	case c.Perturb != "weights" && c.Perturb != "updates":
+		return fmt.Errorf("fl: perturb %q: want weights or updates", c.Perturb)
+	case c.Weighting != "examples" && c.Weighting != "mean":
+		return fmt.Errorf("fl: weighting %q: want examples or mean", c.Weighting)
+	case !(c.GlobalLR > 0 && c.GlobalLR <= 1):
+		return fmt.Errorf("fl: global learning rate %v must be in (0, 1]", c.GlobalLR)
+	case c.Patience < 0:
+		return fmt.Errorf("fl: patience %d must not be negative", c.Patience)
+	case c.EvalEvery < 1:
+		return fmt.Errorf("fl: eval-every %d must be at least 1", c.EvalEvery)
+	case c.Epochs < 1 || c.Batch < 1:
+		return fmt.Errorf("fl: epochs (%d) and batch (%d) must be at least 1", c.Epochs, c.Batch)
+	}
+	return c.Range.validate()
+}
+
+// Engine runs federated training. Its state (the global model, the best
+// model and the privacy each client has spent) is all it keeps between
+// rounds; clients' models exist only while they are trained and encoded.
+type Engine struct {
+	cfg     Config
+	task    Task
+	m       mech.Mechanism
+	ldp     bool
+	secret  []byte
+	specs   []model.TensorSpec
+	params  int
+	global  [][]float32
+	prevUpd [][]float32 // updates mode: the last estimated update, for ranges
+	best    [][]float32
+	bestAcc float64
+	since   int   // evaluations since the best
+	joined  []int // rounds each client took part in
+	start   time.Time
+}
+
+// New prepares a run: it validates the configuration and draws the initial
+// global model from the seed.
+func New(cfg Config, task Task) (*Engine, error) {
+	if err := cfg.validate(len(task.Clients)); err != nil {
+		return nil, err
+	}
+	if len(task.Trainers) == 0 {
+		return nil, errors.New("fl: no trainer")
+	}
+	for k, idx := range task.Clients {
+		if len(idx) == 0 {
+			return nil, fmt.Errorf("fl: client %d has no examples", k)
+		}
+	}
+	m, err := mech.New(cfg.Mechanism, cfg.Mech)
+	if err != nil {
+		return nil, err
+	}
+	info, _ := mech.Lookup(cfg.Mechanism)
+	if cfg.Workers <= 0 {
+		cfg.Workers = runtime.GOMAXPROCS(0)
+	}
+	e := &Engine{
+		cfg: cfg, task: task, m: m, ldp: info.LDP,
+		secret:  corr.SeedSecret(cfg.Seed),
+		specs:   task.Model.Tensors(),
+		global:  task.Model.Init(cfg.Seed),
+		joined:  make([]int, len(task.Clients)),
+		bestAcc: math.Inf(-1),
+	}
+	for _, s := range e.specs {
+		e.params += size(s.Shape)
+	}
+	return e, nil
+}
+
+func size(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// Global is the current global model.
+func (e *Engine) Global() [][]float32 { return e.global }
+
+// Params is the number of parameters of the model.
+func (e *Engine) Params() int { return e.params }
+
+// Run trains for cfg.Rounds rounds, calling observe after each.
+func (e *Engine) Run(ctx context.Context, observe func(report.Round) error) error {
+	e.start = time.Now()
+	for t := 1; t <= e.cfg.Rounds; t++ {
+		r, err := e.round(ctx, t)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", t, err)
+		}
+		if observe != nil {
+			if err := observe(r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// upload is one client's messages for a round.
+type upload struct {
+	pos      int // the client's position in the round
+	payloads [][]byte
+	examples int
+	loss     float64
+	err      error
+}
+
+// round runs round t.
+func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
+	sel := e.sample(t)
+	dropped := e.dropouts(t, len(sel))
+	rd := NewRound(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer)
+	ranges, err := e.ranges()
+	if err != nil {
+		return report.Round{}, err
+	}
+	agg, err := e.newAggregate(ranges, sel)
+	if err != nil {
+		return report.Round{}, err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan int)
+	out := make(chan upload, e.cfg.Workers)
+	var wg sync.WaitGroup
+	for w := range min(e.cfg.Workers, len(e.task.Trainers)) {
+		wg.Add(1)
+		go func(tr Trainer) {
+			defer wg.Done()
+			for pos := range jobs {
+				u := e.client(ctx, tr, rd, ranges, t, pos, sel[pos])
+				select {
+				case out <- u:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}(e.task.Trainers[w])
+	}
+	go func() {
+		defer close(jobs)
+		for pos := range sel {
+			if dropped[pos] {
+				continue
+			}
+			select {
+			case jobs <- pos:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(out) }()
+
+	// The server: add uploads in position order, so float sums are
+	// reproducible; at most about Workers uploads wait out of order.
+	pending := map[int]upload{}
+	next := 0
+	var firstErr error
+	var trainLoss float64
+	for u := range out {
+		pending[u.pos] = u
+		for ; next < len(sel); next++ {
+			if dropped[next] {
+				continue
+			}
+			u, ok := pending[next]
+			if !ok {
+				break
+			}
+			delete(pending, next)
+			if firstErr != nil {
+				continue
+			}
+			if u.err == nil {
+				u.err = agg.add(u, rd.ServerSlot(u.pos))
+			}
+			if u.err != nil {
+				firstErr = fmt.Errorf("client %d: %w", sel[u.pos], u.err)
+				cancel()
+				continue
+			}
+			trainLoss += u.loss
+			e.joined[sel[u.pos]]++
+		}
+	}
+	if firstErr != nil {
+		return report.Round{}, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return report.Round{}, err
+	}
+	received := agg.count()
+	r := report.Round{Round: t, Clients: received, Dropped: len(sel) - received}
+	if received > 0 {
+		est, err := agg.mean()
+		if err != nil {
+			return r, err
+		}
+		e.update(est)
+		r.TrainLoss = trainLoss / float64(received)
+		r.UplinkBits = int64(received) * int64(e.bits())
+		r.UplinkBitsPerParam = float64(e.bits()) / float64(e.params)
+	}
+	r.SetupBytes = int64(rd.Pairs() * SetupBytes(e.m, e.params, e.cfg.Transfer))
+	if e.ldp {
+		r.Epsilon = e.cfg.Mech.Epsilon
+		r.EpsilonSpent = e.spent()
+	}
+	if t%e.cfg.EvalEvery == 0 || t == e.cfg.Rounds {
+		if err := e.evaluate(&r); err != nil {
+			return r, err
+		}
+	}
+	r.Seconds = time.Since(e.start).Seconds()
+	return r, nil
+}
+
+// sample draws round t's clients: a uniformly random subset of
+// ClientsPerRound, in increasing order.
+func (e *Engine) sample(t int) []int {
+	n := len(e.task.Clients)
+	k := e.cfg.ClientsPerRound
+	perm := make([]int, n)
+	if k <= 0 || k >= n {
+		for i := range perm {
+			perm[i] = i
+		}
+		return perm
+	}
+	corr.Shuffle(corr.Derive(e.secret, "sample", uint64(t)), perm)
+	sel := perm[:k]
+	sort.Ints(sel)
+	return sel
+}
+
+// dropouts draws which of the round's clients drop out before uploading.
+// They were paired all the same: a partner left alone is an exact ldpq
+// client, and the mean divides by the uploads received.
+func (e *Engine) dropouts(t, n int) []bool {
+	d := make([]bool, n)
+	if e.cfg.Dropout == 0 {
+		return d
+	}
+	src := corr.Derive(e.secret, "dropout", uint64(t))
+	for i := range d {
+		d[i] = src.Float64() < e.cfg.Dropout
+	}
+	return d
+}
+
+// client trains client k (position pos in round t) from the global model
+// and encodes its weights or update, tensor by tensor.
+func (e *Engine) client(ctx context.Context, tr Trainer, rd *Round, ranges []mech.Range, t, pos, k int) upload {
+	u := upload{pos: pos, examples: len(e.task.Clients[k])}
+	train := e.task.Data.Train
+	local, loss, err := tr.Train(ctx, e.global, train.X, train.Y, e.task.Clients[k],
+		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", t, k)})
+	if err != nil {
+		u.err = err
+		return u
+	}
+	u.loss = loss
+	if e.cfg.Perturb == "updates" {
+		for i, w := range local {
+			for j := range w {
+				w[j] -= e.global[i][j]
+			}
+		}
+	}
+	slot, err := rd.ClientSlot(pos, e.params)
+	if err != nil {
+		u.err = err
+		return u
+	}
+	u.payloads = make([][]byte, len(local))
+	for i, w := range local {
+		if u.payloads[i], err = e.m.Encode(nil, w, ranges[i], slot); err != nil {
+			u.err = fmt.Errorf("tensor %s: %w", e.specs[i].Name, err)
+			return u
+		}
+	}
+	return u
+}
+
+// seedOf derives a 64-bit seed for one purpose of client k in round t.
+func seedOf(secret []byte, purpose string, t, k int) uint64 {
+	return corr.Derive(secret, purpose, uint64(t), uint64(k)).Uint64()
+}
+
+// bits is the payload size of one client's upload.
+func (e *Engine) bits() int {
+	b := 0
+	for _, s := range e.specs {
+		b += e.m.Bits(size(s.Shape))
+	}
+	return b
+}
+
+// update applies the round's estimate to the global model.
+func (e *Engine) update(est [][]float64) {
+	lambda := e.cfg.GlobalLR
+	for i, g := range e.global {
+		for j := range g {
+			if e.cfg.Perturb == "weights" {
+				g[j] = float32((1-lambda)*float64(g[j]) + lambda*est[i][j])
+			} else {
+				g[j] = float32(float64(g[j]) + lambda*est[i][j])
+			}
+		}
+	}
+	if e.cfg.Perturb == "updates" {
+		e.prevUpd = make([][]float32, len(est))
+		for i, v := range est {
+			e.prevUpd[i] = make([]float32, len(v))
+			for j, x := range v {
+				e.prevUpd[i][j] = float32(x)
+			}
+		}
+	}
+}
+
+// evaluate scores the global model on the test set and applies patience.
+func (e *Engine) evaluate(r *report.Round) error {
+	test := e.task.Data.Test
+	acc, loss, err := e.task.Trainers[0].Evaluate(e.global, test.X, test.Y, nil)
+	if err != nil {
+		return err
+	}
+	r.Accuracy, r.Loss = &acc, &loss
+	if acc > e.bestAcc {
+		e.bestAcc, e.since = acc, 0
+		e.best = clone(e.global)
+		return nil
+	}
+	e.since++
+	if e.cfg.Patience > 0 && e.since >= e.cfg.Patience {
+		e.global = clone(e.best)
+		e.since = 0
+		r.Restored = true
+	}
+	return nil
+}
+
+func clone(w [][]float32) [][]float32 {
+	c := make([][]float32, len(w))
+	for i, v := range w {
+		c[i] = append([]float32(nil), v...)
+	}
+	return c
+}
+
+// spent is the per-parameter eps the most-used client has spent, by basic
+// composition over the rounds it took part in.
+func (e *Engine) spent() float64 {
+	most := 0
+	for _, n := range e.joined {
+		most = max(most, n)
+	}
+	return float64(most) * e.cfg.Mech.Epsilon
+}
