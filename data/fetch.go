@@ -109,15 +109,16 @@ var client = &http.Client{
 // fetchMirrors downloads f into dir from the first mirror that serves it
 // with the right checksum.
 func fetchMirrors(mirrors []string, f remoteFile, dir string) error {
-	var errs []error
+	var msgs []string
 	for _, m := range mirrors {
 		err := download(m+f.name, filepath.Join(dir, f.name), f.md5)
 		if err == nil {
 			return nil
 		}
-		errs = append(errs, err)
+		msgs = append(msgs, err.Error())
 	}
-	return errors.Join(errs...)
+	// One line, so the message that wraps this stays readable in a log.
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // download saves url at dst only if its MD5 is want: the data goes to a

@@ -3,6 +3,7 @@ package data
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -78,5 +79,37 @@ func TestLoadReal(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLoadChecksMD5: Load verifies the official MD5. A copy of MNIST whose
+// train-labels file differs only in the gzip header's timestamp decodes to
+// the same data, yet Load rejects it, naming the checksum.
+func TestLoadChecksMD5(t *testing.T) {
+	needShared(t, "mnist")
+	dir := t.TempDir()
+	for _, f := range mnist.files {
+		src, err := filepath.Abs(filepath.Join(sharedDir, "mnist", f.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.name != "train-labels-idx1-ubyte.gz" {
+			if err := os.Symlink(src, filepath.Join(dir, f.name)); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[4] ^= 1 // MTIME, which gunzip ignores
+		if err := os.WriteFile(filepath.Join(dir, f.name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Load("mnist", Options{Dir: dir, Offline: true})
+	if err == nil || !strings.Contains(err.Error(), "md5") || !strings.Contains(err.Error(), "d53e105ee54ea40749a09fcbcd1e9432") {
+		t.Errorf("err = %v, want an MD5 mismatch naming the official sum", err)
 	}
 }
