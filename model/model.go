@@ -288,3 +288,27 @@ func (m *Model) check(weights [][]float32) error {
 	}
 	return nil
 }
+
+// image reports whether the model's first layer is a convolution, whose
+// graphs read batches as [C, B, H, W] rather than [features, B].
+func (m *Model) image() bool { return m.steps[0].kind == conv }
+
+// batchShape is the feature-major shape of a batch of b inputs.
+func (m *Model) batchShape(b int) []int {
+	if m.image() {
+		return []int{m.input[2], b, m.input[0], m.input[1]}
+	}
+	return []int{m.Features(), b}
+}
+
+// dropoutShapes are the feature-major shapes of the dropout masks of a
+// training batch of b examples.
+func (m *Model) dropoutShapes(b int) [][]int {
+	var out [][]int
+	for _, st := range m.steps {
+		if st.kind == dropout {
+			out = append(out, append(slices.Clone(st.outDim), b))
+		}
+	}
+	return out
+}

@@ -93,7 +93,7 @@ type Trainer struct {
 type program struct {
 	g     *Graph
 	batch int
-	x     []float32   // [batch, features...]
+	x     []float32   // the batch, feature-major (see Model.batchShape)
 	y     []int32     // [batch]
 	wt    []float32   // per-example weight of the loss (0 for padding)
 	masks [][]float32 // dropout masks (training only)
@@ -158,7 +158,7 @@ func (t *Trainer) build(batch int, train bool) (p *program, err error) {
 			}
 		}
 		p.fixed = g.NumParameters()
-		x := Parameter(g, "x", f32(append([]int{batch}, m.input...)...))
+		x := Parameter(g, "x", f32(m.batchShape(batch)...))
 		y := Parameter(g, "y", shapes.Make(dtypes.Int32, batch))
 		wt := Parameter(g, "wt", f32(batch))
 		var masks []*Node
@@ -167,16 +167,16 @@ func (t *Trainer) build(batch int, train bool) (p *program, err error) {
 				masks = append(masks, Parameter(g, fmt.Sprintf("dropout%d", i), f32(d...)))
 			}
 		}
-		logits := m.forward(x, params, masks)
-		ce := crossEntropy(logits, y, m.classes)
+		logits, passes := m.forward(x, params, masks)
+		ce, dLogits := lossGrad(logits, y, wt)
 		loss := ReduceAllSum(Mul(ce, wt))
 		var outs []*Node
 		if train {
-			grads := Gradient(loss, params...)
+			grads := m.backward(params, masks, passes, dLogits)
 			outs = t.update(params, grads, state, lrt, bc2)
 			outs = append(outs, loss)
 		} else {
-			correct := ConvertDType(Equal(ArgMax(logits, -1, dtypes.Int32), y), dtypes.Float32)
+			correct := ConvertDType(Equal(ArgMax(logits, 0, dtypes.Int32), y), dtypes.Float32)
 			outs = []*Node{loss, ReduceAllSum(Mul(correct, wt))}
 		}
 		if err := g.Compile(outs...); err != nil {
@@ -192,7 +192,7 @@ func (t *Trainer) build(batch int, train bool) (p *program, err error) {
 		return t.backend.NewSharedBuffer(0, shape)
 	}
 	p.in = make([]compute.Buffer, p.g.NumParameters())
-	buf, flat, err := newShared(f32(append([]int{batch}, m.input...)...))
+	buf, flat, err := newShared(f32(m.batchShape(batch)...))
 	if err != nil {
 		return nil, err
 	}
@@ -328,17 +328,44 @@ func finalize(bufs []compute.Buffer) {
 	}
 }
 
-// fill writes the examples sel of (x, y) into p's data buffers, with loss
-// weight w each, and zeroes the padding rows.
-func (p *program) fill(x []float32, y []int32, sel []int, feat int, w float32) {
+// fill writes the examples sel of (x, y) into p's data buffers in the
+// graphs' feature-major layout, with loss weight w each, and zeroes the
+// padding columns.
+func (p *program) fill(m *Model, x []float32, y []int32, sel []int, w float32) {
+	feat, b := m.Features(), p.batch
+	if len(sel) < b {
+		clear(p.x)
+		clear(p.y)
+		clear(p.wt)
+	}
+	if m.image() {
+		// [C, B, H, W] from HWC examples.
+		hw, c := m.input[0]*m.input[1], m.input[2]
+		for j, i := range sel {
+			src := x[i*feat : (i+1)*feat]
+			if c == 1 {
+				copy(p.x[j*hw:(j+1)*hw], src)
+				continue
+			}
+			for ch := range c {
+				dst := p.x[(ch*b+j)*hw : (ch*b+j+1)*hw]
+				for q := range dst {
+					dst[q] = src[q*c+ch]
+				}
+			}
+		}
+	} else {
+		// [features, B].
+		for j, i := range sel {
+			for f, v := range x[i*feat : (i+1)*feat] {
+				p.x[f*b+j] = v
+			}
+		}
+	}
 	for j, i := range sel {
-		copy(p.x[j*feat:(j+1)*feat], x[i*feat:(i+1)*feat])
 		p.y[j] = y[i]
 		p.wt[j] = w
 	}
-	clear(p.x[len(sel)*feat:])
-	clear(p.y[len(sel):])
-	clear(p.wt[len(sel):])
 }
 
 // execute runs p on its inputs, donating those marked, and converts a
@@ -419,7 +446,6 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 	perm := make([]int, len(idx))
 	sel := make([]int, 0, cfg.Batch)
 	var bits []uint32
-	feat := t.m.Features()
 	var lossSum float64
 	step := 0
 	for range cfg.Epochs {
@@ -432,7 +458,7 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 			for _, j := range perm[start:min(start+cfg.Batch, len(perm))] {
 				sel = append(sel, idx[j])
 			}
-			p.fill(x, y, sel, feat, 1/float32(len(sel)))
+			p.fill(t.m, x, y, sel, 1/float32(len(sel)))
 			for k, mask := range p.masks {
 				if cap(bits) < len(mask) {
 					bits = make([]uint32, len(mask))
@@ -544,11 +570,10 @@ func (t *Trainer) Evaluate(weights [][]float32, x []float32, y []int32, idx []in
 	p := t.eval
 	copy(p.in, params)
 	donate := make([]bool, len(p.in))
-	feat := t.m.Features()
 	var lossSum, correct float64
 	for start := 0; start < len(idx); start += p.batch {
 		sel := idx[start:min(start+p.batch, len(idx))]
-		p.fill(x, y, sel, feat, 1)
+		p.fill(t.m, x, y, sel, 1)
 		out, err := p.execute(donate)
 		if err != nil {
 			return 0, 0, err

@@ -1,0 +1,193 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/gobackend"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/support/exceptions"
+)
+
+// reference builds the model's logits [B, classes] from an NHWC (or [B,
+// features]) batch with GoMLX's own ops: its native Convolve, MaxPool and
+// dense products, with PyTorch's flatten order. masks are feature-major, as
+// the trainer feeds them.
+func (m *Model) reference(x *Node, params, masks []*Node) *Node {
+	nmask := 0
+	for _, st := range m.steps {
+		switch st.kind {
+		case conv:
+			k := TransposeAllAxes(params[st.w], 2, 3, 1, 0) // OIHW -> HWIO
+			cb := Convolve(x, k)
+			if st.same {
+				cb = cb.PadSame()
+			} else {
+				cb = cb.NoPadding()
+			}
+			x = MaxScalar(Add(cb.Done(), Reshape(params[st.b], 1, 1, 1, st.out)), 0)
+		case maxPool:
+			x = MaxPool(x).Window(2).Strides(2).NoPadding().Done()
+		case dense:
+			if x.Rank() == 4 {
+				x = TransposeAllAxes(x, 0, 3, 1, 2) // NHWC -> NCHW, flattened as PyTorch does
+			}
+			x = Reshape(x, x.Shape().Dimensions[0], -1)
+			x = Add(Einsum("bi,oi->bo", x, params[st.w]), Reshape(params[st.b], 1, st.out))
+			if !st.last {
+				x = MaxScalar(x, 0)
+			}
+		case dropout:
+			x = Mul(x, Transpose(masks[nmask], 0, 1))
+			nmask++
+		}
+	}
+	return x
+}
+
+// TestGradients checks the hand-written backward pass (im2col convolution,
+// col2im, pooling, flatten, dropout, dense, softmax cross-entropy) against
+// GoMLX's autodiff of the reference model built from GoMLX's native
+// convolution and pooling, for every layer type: valid and same padding,
+// one and several input channels, odd sizes under pooling, dropout.
+func TestGradients(t *testing.T) {
+	for _, c := range []struct {
+		arch  string
+		input []int
+	}{
+		{"cnn2", []int{28, 28, 1}},
+		{"corbin-cnn", []int{16, 16, 2}}, // 14 -> 7 -> 5 -> 2: odd pooling
+		{"vgg-small", []int{8, 8, 3}},
+		{"mlp", []int{6}},
+	} {
+		t.Run(c.arch, func(t *testing.T) {
+			m, err := New(c.arch, c.input, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const batch = 5
+			checkGradients(t, m, batch)
+		})
+	}
+}
+
+func checkGradients(t *testing.T, m *Model, batch int) {
+	backend := gobackend.GetBackend()
+	xs, ys := synthetic(m, batch, 9)
+	ws := m.Init(4)
+	// Non-zero biases exercise the bias paths.
+	for _, st := range m.steps {
+		if st.b >= 0 {
+			for j := range ws[st.b] {
+				ws[st.b][j] = 0.01 * float32(j%5-2)
+			}
+		}
+	}
+	wt := make([]float32, batch)
+	for i := range wt {
+		wt[i] = float32(i+1) / 10
+	}
+	p := &program{batch: batch}
+	p.x = make([]float32, product(m.batchShape(batch)))
+	p.y = make([]int32, batch)
+	p.wt = make([]float32, batch)
+	p.fill(m, xs, ys, seq(batch), 1)
+	copy(p.wt, wt)
+	var maskData [][]float32
+	for i, d := range m.dropoutShapes(batch) {
+		mk := make([]float32, product(d))
+		bits := make([]uint32, len(mk))
+		for j := range bits {
+			bits[j] = uint32(j*2654435761) ^ uint32(i)
+		}
+		fillMask(mk, bits, 0.5)
+		maskData = append(maskData, mk)
+	}
+
+	var inputs []compute.Buffer
+	add := func(flat any, shape shapes.Shape) {
+		b, err := backend.BufferFromFlatData(0, flat, shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, b)
+	}
+	var g *Graph
+	err := exceptions.TryCatch[error](func() {
+		g = NewGraph(backend, "gradcheck")
+		params := make([]*Node, len(m.specs))
+		for i, s := range m.specs {
+			params[i] = Parameter(g, s.Name, f32(s.Shape...))
+			add(ws[i], f32(s.Shape...))
+		}
+		xfm := Parameter(g, "xfm", f32(m.batchShape(batch)...))
+		add(p.x, f32(m.batchShape(batch)...))
+		xnat := Parameter(g, "x", f32(append([]int{batch}, m.input...)...))
+		add(xs, f32(append([]int{batch}, m.input...)...))
+		y := Parameter(g, "y", shapes.Make(dtypes.Int32, batch))
+		add(ys, shapes.Make(dtypes.Int32, batch))
+		w := Parameter(g, "wt", f32(batch))
+		add(wt, f32(batch))
+		var masks []*Node
+		for i, d := range m.dropoutShapes(batch) {
+			masks = append(masks, Parameter(g, fmt.Sprintf("mask%d", i), f32(d...)))
+			add(maskData[i], f32(d...))
+		}
+		logits, passes := m.forward(xfm, params, masks)
+		ce, dLogits := lossGrad(logits, y, w)
+		loss := ReduceAllSum(Mul(ce, w))
+		grads := m.backward(params, masks, passes, dLogits)
+
+		ref := m.reference(xnat, params, masks)
+		refCE := Neg(ReduceSum(Mul(LogSoftmax(ref, -1), OneHot(y, m.classes, dtypes.Float32)), -1))
+		refLoss := ReduceAllSum(Mul(refCE, w))
+		refGrads := Gradient(refLoss, params...)
+		outs := append([]*Node{loss, refLoss}, grads...)
+		outs = append(outs, refGrads...)
+		if err := g.Compile(outs...); err != nil {
+			panic(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := g.Executable().Execute(inputs, make([]bool, len(inputs)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(b compute.Buffer, n int) []float32 {
+		v := make([]float32, n)
+		if err := b.ToFlatData(v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	l, rl := read(out[0], 1)[0], read(out[1], 1)[0]
+	if math.Abs(float64(l-rl)) > 1e-5*math.Abs(float64(rl)) {
+		t.Errorf("loss %v, reference %v", l, rl)
+	}
+	nt := len(m.specs)
+	for i, s := range m.specs {
+		got, want := read(out[2+i], s.Size()), read(out[2+nt+i], s.Size())
+		var diff, norm float64
+		for j := range got {
+			diff = math.Max(diff, math.Abs(float64(got[j]-want[j])))
+			norm = math.Max(norm, math.Abs(float64(want[j])))
+		}
+		if norm == 0 || diff > 1e-4*norm {
+			t.Errorf("%s: max |grad - reference| = %g, max |reference| = %g", s.Name, diff, norm)
+		}
+	}
+}
+
+func product(d []int) int {
+	n := 1
+	for _, v := range d {
+		n *= v
+	}
+	return n
+}
