@@ -7,7 +7,6 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/gobackend"
 	"github.com/gomlx/compute/shapes"
 	. "github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/support/exceptions"
@@ -76,7 +75,10 @@ func TestGradients(t *testing.T) {
 }
 
 func checkGradients(t *testing.T, m *Model, batch int) {
-	backend := gobackend.GetBackend()
+	backend, err := goBackend()
+	if err != nil {
+		t.Fatal(err)
+	}
 	xs, ys := synthetic(m, batch, 9)
 	ws := m.Init(4)
 	// Non-zero biases exercise the bias paths.
@@ -117,7 +119,7 @@ func checkGradients(t *testing.T, m *Model, batch int) {
 		inputs = append(inputs, b)
 	}
 	var g *Graph
-	err := exceptions.TryCatch[error](func() {
+	err = exceptions.TryCatch[error](func() {
 		g = NewGraph(backend, "gradcheck")
 		params := make([]*Node, len(m.specs))
 		for i, s := range m.specs {

@@ -22,15 +22,18 @@ import (
 // pass records what the backward pass needs of one step of the forward pass.
 type pass struct {
 	in      *Node // the step's input activation (feature-major)
-	patches *Node // conv: the im2col matrix [k*k*C+1, B*Ho*Wo], last row ones
-	out     *Node // the step's output activation (after ReLU, pooling or dropout)
+	patches *Node // conv: the im2col matrix [k*k*C+1, B*R*Wp], last row ones
+	wide    *Node // conv: the ReLU output on the wide grid [O, B, R, Wq]
+	pooled  *Node // conv with pool: wide pooled [O, B, R/2, Wq/2]
+	out     *Node // the step's output activation
 }
 
 // forward builds the logits [classes, batch] of a feature-major batch x
 // ([C, B, H, W] for the CNNs, [features, B] otherwise) from the parameter
 // nodes (in Tensors order). masks holds one dropout mask per dropout layer
 // (feature-major, values 0 or 1/(1-p)) when training, nil when evaluating.
-// It returns the per-step record for backward.
+// It returns the per-step record for backward. A pooling step is computed
+// by the convolution before it (see convForward) and passes through here.
 func (m *Model) forward(x *Node, params []*Node, masks []*Node) (*Node, []pass) {
 	passes := make([]pass, len(m.steps))
 	nmask := 0
@@ -38,15 +41,11 @@ func (m *Model) forward(x *Node, params []*Node, masks []*Node) (*Node, []pass) 
 		passes[i].in = x
 		switch st.kind {
 		case conv:
-			passes[i].patches = im2col(x, st.k, st.same)
-			x = convForward(passes[i].patches, params[st.w], params[st.b], x.Shape().Dimensions[1], st.outDim)
-		case maxPool:
-			x = maxPool2(x)
+			x = convForward(&passes[i], x, params[st.w], params[st.b], st)
 		case dense:
 			x = flatten(x)
 			passes[i].in = x
-			w := params[st.w]
-			x = Add(DotGeneral(w, []int{1}, nil, x, []int{0}, nil), Reshape(params[st.b], st.out, 1))
+			x = Add(DotGeneral(params[st.w], []int{1}, nil, x, []int{0}, nil), Reshape(params[st.b], st.out, 1))
 			if !st.last {
 				x = MaxScalar(x, 0)
 			}
@@ -80,37 +79,146 @@ func unflatten(d *Node, dims []int) *Node {
 	return Reshape(TransposeAllAxes(Reshape(d, c, h*w, b), 0, 2, 1), c, b, h, w)
 }
 
-// im2col lowers a stride-1 k x k convolution of x [C, B, H, W] to a matrix:
-// the k*k shifted windows of x, each [C, B*Ho*Wo], stacked in (dy, dx, c)
-// row order, and a last row of ones that carries the bias through the
-// same product (the Go backend adds a broadcast bias with a slow generic
-// iterator; a row of the concatenation is free). With same, x is first
-// zero-padded by k/2 on each side (k odd).
-func im2col(x *Node, k int, same bool) *Node {
-	if same {
-		p := k / 2
-		x = Pad(x, ScalarZero(x.Graph(), x.DType()), PadAxis{}, PadAxis{}, PadAxis{Start: p, End: p}, PadAxis{Start: p, End: p})
+// convGeom is the geometry of a stride-1 k x k convolution on the "wide"
+// grid. Each input plane (padded to Hp x Wp for same) is read as one flat
+// row of Hp*Wp values followed by k-1 zeros; the window of kernel offset
+// (dy, dx) is then the contiguous range starting at dy*Wp+dx, of length
+// R*Wp, and output (y, x) sits at flat position y*Wp+x. The columns
+// x >= Wo of this grid are garbage, which the forward pass slices off and
+// the backward pass gives a zero gradient. In exchange, the adjoint of
+// each window (col2im) is a concatenation with zero blocks, which the Go
+// backend runs as block copies, where padding each window back into
+// place ran a per-element loop and cost a fifth of a CNN's step.
+type convGeom struct {
+	c, b, k, o   int
+	h, w, hp, wp int // input and padded input sizes
+	ho, wo       int // output sizes
+	r, wq        int // rows computed (ho, or even for pooling) and columns kept
+	pad          int // zero padding per side
+	flat         int // hp*wp + k - 1
+	pool         bool
+}
+
+func newConvGeom(in *Node, st step) convGeom {
+	d := in.Shape().Dimensions
+	g := convGeom{c: d[0], b: d[1], h: d[2], w: d[3], k: st.k, o: st.out, pool: st.pool}
+	if st.same {
+		g.pad = st.k / 2
 	}
-	d := x.Shape().Dimensions
-	c, b, h, w := d[0], d[1], d[2], d[3]
-	ho, wo := h-k+1, w-k+1
-	n := b * ho * wo
-	rows := make([]*Node, 0, k*k+1)
-	for dy := range k {
-		for dx := range k {
-			win := x
-			if k > 1 {
-				win = Slice(x, AxisRange(), AxisRange(), AxisRange(dy, dy+ho), AxisRange(dx, dx+wo))
-			}
-			rows = append(rows, Reshape(win, c, n))
+	g.hp, g.wp = g.h+2*g.pad, g.w+2*g.pad
+	g.ho, g.wo = g.hp-g.k+1, g.wp-g.k+1
+	g.r, g.wq = g.ho, g.wp
+	if g.pool {
+		g.r = g.ho / 2 * 2
+		g.wq = g.wp / 2 * 2
+	}
+	g.flat = g.hp*g.wp + g.k - 1
+	return g
+}
+
+// convForward is conv + ReLU (+ 2 x 2 max pooling when st.pool) of x
+// [C, B, H, W] with kernel [O, C, k, k] and bias [O], lowered to im2col on
+// the wide grid and one matrix product. The patch rows are the k*k windows
+// in (dy, dx, c) order and a last row of ones that carries the bias
+// through the product (the Go backend adds a broadcast bias with a slow
+// generic iterator). Pooling runs on the wide grid, whose even width
+// leaves whole windows, and the valid columns are sliced after pooling,
+// on a quarter of the data.
+func convForward(ps *pass, x, kernel, bias *Node, st step) *Node {
+	g := newConvGeom(x, st)
+	gr := x.Graph()
+	zero := ScalarZero(gr, dtypes.Float32)
+	if g.pad > 0 {
+		x = Pad(x, zero, PadAxis{}, PadAxis{}, PadAxis{Start: g.pad, End: g.pad}, PadAxis{Start: g.pad, End: g.pad})
+	}
+	xf := Concatenate([]*Node{Reshape(x, g.c, g.b, g.hp*g.wp), Zeros(gr, f32(g.c, g.b, g.k-1))}, 2)
+	l := g.r * g.wp
+	rows := make([]*Node, 0, g.k*g.k+1)
+	for dy := range g.k {
+		for dx := range g.k {
+			off := dy*g.wp + dx
+			rows = append(rows, Reshape(Slice(xf, AxisRange(), AxisRange(), AxisRange(off, off+l)), g.c, g.b*l))
 		}
 	}
-	rows = append(rows, Ones(x.Graph(), f32(1, n)))
-	return Concatenate(rows, 0)
+	rows = append(rows, Ones(gr, f32(1, g.b*l)))
+	ps.patches = Concatenate(rows, 0)
+	z := DotGeneral(convKernel(kernel, bias), []int{1}, nil, ps.patches, []int{0}, nil)
+	a := Reshape(MaxScalar(z, 0), g.o, g.b, g.r, g.wp)
+	if g.wq < g.wp {
+		a = Slice(a, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, g.wq))
+	}
+	ps.wide = a
+	if !g.pool {
+		return Slice(a, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, g.wo))
+	}
+	ps.pooled = ReduceMax(Reshape(a, g.o, g.b, g.r/2, 2, g.wq/2, 2), 3, 5)
+	if g.wq/2 == g.wo/2 {
+		return ps.pooled
+	}
+	return Slice(ps.pooled, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, g.wo/2))
+}
+
+// convBackward returns the gradients of the kernel and bias and, unless
+// first, of the input x, given d, the gradient of convForward's output.
+func convBackward(ps pass, kernel, d *Node, st step, first bool) (gk, gb, dx *Node) {
+	g := newConvGeom(ps.in, st)
+	gr := d.Graph()
+	// widen appends n zero columns to the last axis (block copies).
+	widen := func(v *Node, n int) *Node {
+		if n == 0 {
+			return v
+		}
+		dims := v.Shape().Dimensions
+		return Concatenate([]*Node{v, Zeros(gr, f32(dims[0], dims[1], dims[2], n))}, 3)
+	}
+	if g.pool {
+		d = widen(d, g.wq/2-g.wo/2)
+		d = maxPool2Grad(ps.wide, ps.pooled, d) // includes the ReLU's gradient
+	} else {
+		d = reluGrad(ps.wide, widen(d, g.wp-g.wo))
+	}
+	d = Reshape(widen(d, g.wp-g.wq), g.o, -1) // [O, B*R*Wp]
+	full := DotGeneral(d, []int{1}, nil, ps.patches, []int{1}, nil)
+	kk := g.k * g.k * g.c
+	gk = TransposeAllAxes(Reshape(Slice(full, AxisRange(), AxisRange(0, kk)), g.o, g.k, g.k, g.c), 0, 3, 1, 2)
+	gb = Reshape(Slice(full, AxisRange(), AxisRange(kk, kk+1)), g.o)
+	if first {
+		return gk, gb, nil
+	}
+	// col2im: window (dy, dx)'s gradient W[:, :, dy, dx]^T d goes back to
+	// flat positions off.. of the input planes.
+	wt := TransposeAllAxes(kernel, 2, 3, 1, 0) // [k, k, C, O]
+	l := g.r * g.wp
+	var sum *Node
+	for dy := range g.k {
+		for dx := range g.k {
+			off := dy*g.wp + dx
+			w := Reshape(Slice(wt, AxisRange(dy, dy+1), AxisRange(dx, dx+1)), g.c, g.o)
+			win := Reshape(DotGeneral(w, []int{1}, nil, d, []int{0}, nil), g.c, g.b, l)
+			parts := []*Node{win}
+			if off > 0 {
+				parts = append([]*Node{Zeros(gr, f32(g.c, g.b, off))}, parts...)
+			}
+			if end := g.flat - off - l; end > 0 {
+				parts = append(parts, Zeros(gr, f32(g.c, g.b, end)))
+			}
+			win = Concatenate(parts, 2)
+			if sum == nil {
+				sum = win
+			} else {
+				sum = Add(sum, win)
+			}
+		}
+	}
+	dx = Reshape(Slice(sum, AxisRange(), AxisRange(), AxisRange(0, g.hp*g.wp)), g.c, g.b, g.hp, g.wp)
+	if g.pad > 0 {
+		dx = Slice(dx, AxisRange(), AxisRange(), AxisRange(g.pad, g.pad+g.h), AxisRange(g.pad, g.pad+g.w))
+	}
+	return gk, gb, dx
 }
 
 // convKernel is a conv kernel [O, C, k, k] (OIHW) with its bias appended as
-// a last column, as [O, k*k*C+1] in the (dy, dx, c) order of im2col.
+// a last column, as [O, k*k*C+1] in the (dy, dx, c) order of the patches.
 func convKernel(kernel, bias *Node) *Node {
 	d := kernel.Shape().Dimensions
 	o, c, k := d[0], d[1], d[2]
@@ -118,32 +226,14 @@ func convKernel(kernel, bias *Node) *Node {
 	return Concatenate([]*Node{w, Reshape(bias, o, 1)}, 1)
 }
 
-// convForward multiplies the kernel by the patches and applies ReLU,
-// giving the CNHW activation of shape outDim (without batch) and batch b.
-func convForward(patches, kernel, bias *Node, b int, outDim []int) *Node {
-	z := DotGeneral(convKernel(kernel, bias), []int{1}, nil, patches, []int{0}, nil)
-	return Reshape(MaxScalar(z, 0), outDim[2], b, outDim[0], outDim[1])
-}
-
-// maxPool2 is 2 x 2 max pooling with stride 2 of x [C, B, H, W], dropping
-// a last odd row or column (PyTorch's floor mode), as a reshape and a
-// ReduceMax.
-func maxPool2(x *Node) *Node {
-	d := x.Shape().Dimensions
-	c, b, h, w := d[0], d[1], d[2]/2, d[3]/2
-	if d[2]%2 != 0 || d[3]%2 != 0 {
-		x = Slice(x, AxisRange(), AxisRange(), AxisRange(0, 2*h), AxisRange(0, 2*w))
-	}
-	return ReduceMax(Reshape(x, c, b, h, 2, w, 2), 3, 5)
-}
-
-// maxPool2Grad routes the gradient d of out = maxPool2(x) to the inputs
-// that were the maximum of their window, and, since x is a ReLU output,
-// applies the ReLU's gradient too: a window whose maximum is 0 passes
-// nothing (its out is replaced by -1, which no input equals), which saves
-// a pass over the large unpooled tensor. Where two inputs of a window tie
-// for a positive maximum, both get the gradient (ties between distinct
-// positive float activations are rare; PyTorch picks one).
+// maxPool2Grad routes the gradient d of out = 2 x 2 max pooling of x
+// [C, B, H, W] (H, W even) to the inputs that were the maximum of their
+// window and, since x is a ReLU output, applies the ReLU's gradient too: a
+// window whose maximum is 0 passes nothing (its out is replaced by -1,
+// which no input equals), which saves a pass over the large unpooled
+// tensor. Where two inputs of a window tie for a positive maximum, both get
+// the gradient (ties between positive float activations are rare; PyTorch
+// picks one).
 func maxPool2Grad(x, out, d *Node) *Node {
 	dims := x.Shape().Dimensions
 	c, b, h, w := dims[0], dims[1], dims[2]/2, dims[3]/2
@@ -152,16 +242,8 @@ func maxPool2Grad(x, out, d *Node) *Node {
 		return BroadcastToDims(Reshape(v, c, b, h, 1, w, 1), c, b, h, 2, w, 2)
 	}
 	out = Where(GreaterThan(out, zero), out, Scalar(x.Graph(), dtypes.Float32, -1))
-	xe := x
-	if dims[2]%2 != 0 || dims[3]%2 != 0 {
-		xe = Slice(x, AxisRange(), AxisRange(), AxisRange(0, 2*h), AxisRange(0, 2*w))
-	}
-	g := Where(Equal(Reshape(xe, c, b, h, 2, w, 2), up(out)), up(d), zero)
-	g = Reshape(g, c, b, 2*h, 2*w)
-	if dims[2]%2 != 0 || dims[3]%2 != 0 {
-		g = Pad(g, zero, PadAxis{}, PadAxis{}, PadAxis{End: dims[2] - 2*h}, PadAxis{End: dims[3] - 2*w})
-	}
-	return g
+	g := Where(Equal(Reshape(x, c, b, h, 2, w, 2), up(out)), up(d), zero)
+	return Reshape(g, c, b, 2*h, 2*w)
 }
 
 // reluGrad passes d where the ReLU output y is positive.
@@ -189,19 +271,13 @@ func (m *Model) backward(params []*Node, masks []*Node, passes []pass, dLogits *
 	grads := make([]*Node, len(m.specs))
 	d := dLogits
 	nmask := len(m.dropoutProbs())
-	reluDone := false
 	for i := len(m.steps) - 1; i >= 0; i-- {
 		st, ps := m.steps[i], passes[i]
 		first := i == 0
-		pooled := reluDone // the next step was a pooling that applied this step's ReLU
-		reluDone = false
 		switch st.kind {
 		case dropout:
 			nmask--
 			d = Mul(d, masks[nmask])
-		case maxPool:
-			d = maxPool2Grad(ps.in, ps.out, d)
-			reluDone = true // maxPool2Grad applied the preceding conv's ReLU
 		case dense:
 			if !st.last {
 				d = reluGrad(ps.out, d)
@@ -219,62 +295,14 @@ func (m *Model) backward(params []*Node, masks []*Node, passes []pass, dLogits *
 			} else {
 				d = Transpose(DotGeneral(Transpose(d, 0, 1), []int{1}, nil, w, []int{0}, nil), 0, 1)
 			}
-			if prev := m.steps[i-1]; prev.kind != dense && len(prev.outDim) == 3 {
-				od := prev.outDim
-				d = unflatten(d, []int{od[2], b, od[0], od[1]})
+			if prev := passes[i-1].out; prev.Rank() == 4 {
+				d = unflatten(d, prev.Shape().Dimensions)
 			}
 		case conv:
-			d = Reshape(d, st.out, -1) // [O, B*Ho*Wo]
-			if !pooled {
-				d = reluGrad(Reshape(ps.out, st.out, -1), d)
-			}
-			gk := DotGeneral(d, []int{1}, nil, ps.patches, []int{1}, nil) // [O, k*k*C+1]
-			o, k := st.out, st.k
-			c := st.in[2]
-			grads[st.w] = TransposeAllAxes(Reshape(Slice(gk, AxisRange(), AxisRange(0, k*k*c)), o, k, k, c), 0, 3, 1, 2)
-			grads[st.b] = Reshape(Slice(gk, AxisRange(), AxisRange(k*k*c, k*k*c+1)), o)
-			if first {
-				break
-			}
-			// The patches' gradient W^T d [k*k*C, N], folded back (col2im).
-			wt := Reshape(TransposeAllAxes(params[st.w], 2, 3, 1, 0), k*k*c, o)
-			dp := DotGeneral(wt, []int{1}, nil, d, []int{0}, nil)
-			d = col2im(dp, ps.in.Shape().Dimensions, k, st.same)
+			grads[st.w], grads[st.b], d = convBackward(ps, params[st.w], d, st, first)
 		}
 	}
 	return grads
-}
-
-// col2im is the adjoint of im2col (without its ones row): it sums each
-// window's gradient rows back onto the input positions they were read
-// from, giving the gradient of x [C, B, H, W] (of the padded x, cropped,
-// for same).
-func col2im(dp *Node, xdims []int, k int, same bool) *Node {
-	c, b, h, w := xdims[0], xdims[1], xdims[2], xdims[3]
-	p := 0
-	if same {
-		p = k / 2
-	}
-	hp, wp := h+2*p, w+2*p
-	ho, wo := hp-k+1, wp-k+1
-	zero := ScalarZero(dp.Graph(), dtypes.Float32)
-	var sum *Node
-	for dy := range k {
-		for dx := range k {
-			r := (dy*k + dx) * c
-			win := Reshape(Slice(dp, AxisRange(r, r+c), AxisRange()), c, b, ho, wo)
-			win = Pad(win, zero, PadAxis{}, PadAxis{}, PadAxis{Start: dy, End: hp - ho - dy}, PadAxis{Start: dx, End: wp - wo - dx})
-			if sum == nil {
-				sum = win
-			} else {
-				sum = Add(sum, win)
-			}
-		}
-	}
-	if p > 0 {
-		sum = Slice(sum, AxisRange(), AxisRange(), AxisRange(p, p+h), AxisRange(p, p+w))
-	}
-	return sum
 }
 
 // f32 is a float32 shape.

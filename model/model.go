@@ -46,7 +46,7 @@ type layerKind int
 const (
 	dense   layerKind = iota // fully connected, then ReLU unless it is the last layer
 	conv                     // k x k convolution, stride 1, then ReLU
-	maxPool                  // 2 x 2 max pooling, stride 2 (floor for odd sizes)
+	maxPool                  // 2 x 2 max pooling, stride 2 (floor for odd sizes); follows a conv
 	dropout                  // inverted dropout with probability p (training only)
 )
 
@@ -116,6 +116,7 @@ type step struct {
 	in     []int // input activation shape (without the batch axis)
 	outDim []int // output activation shape
 	last   bool  // the final dense layer: no ReLU
+	pool   bool  // conv: the next step is a maxPool, computed with this step
 }
 
 // Model is an architecture resolved for one input shape and number of
@@ -172,6 +173,10 @@ func New(arch string, input []int, classes int) (*Model, error) {
 			s.b = m.add(fmt.Sprintf("conv%d/bias", nconv), l.out)
 			cur = []int{h, w, l.out}
 		case maxPool:
+			if i == 0 || layers[i-1].kind != conv {
+				return nil, fmt.Errorf("model: %s: pooling must follow a convolution", arch)
+			}
+			m.steps[i-1].pool = true
 			if cur[0] < 2 || cur[1] < 2 {
 				return nil, fmt.Errorf("model: %s: input %v too small to pool", arch, input)
 			}

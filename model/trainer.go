@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -77,6 +78,19 @@ type TrainConfig struct {
 	Seed          uint64
 }
 
+// goBackend is the process's Go backend, configured to run the ops of a
+// graph one after another ("ops_sequential"; each matrix product still
+// uses every core). In its default mode the backend runs independent ops
+// concurrently on its worker pool, and a large matrix product then waits
+// on the same pool for helpers (workerspool.Pool.Saturate): when as many
+// products as the pool has slots are ready together, as the col2im of a
+// convolution makes them, every slot waits and the step deadlocks
+// (compute v0.1.6). Sequential ops cannot deadlock, and concurrent
+// Trainers in different goroutines each run their own ops.
+var goBackend = sync.OnceValues(func() (compute.Backend, error) {
+	return gobackend.New("ops_sequential")
+})
+
 // Trainer holds compiled training and evaluation graphs of one model and
 // optimizer, and the input buffers they read. Weights are inputs of the
 // graphs, so one Trainer serves any number of clients without recompiling.
@@ -108,8 +122,11 @@ func (m *Model) NewTrainer(opt Optimizer) (*Trainer, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	t := &Trainer{m: m, opt: opt, backend: gobackend.GetBackend(), train: map[int]*program{}}
-	var err error
+	b, err := goBackend()
+	if err != nil {
+		return nil, err
+	}
+	t := &Trainer{m: m, opt: opt, backend: b, train: map[int]*program{}}
 	if t.eval, err = t.build(evalBatch, false); err != nil {
 		return nil, err
 	}
