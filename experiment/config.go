@@ -68,7 +68,7 @@ type Config struct {
 
 // Default is the quick start: a synthetic benchmark that needs no files,
 // where clients send their updates clipped to ±0.05 through corbin at
-// eps = 1 (40 rounds reach the accuracy of no privacy there).
+// eps = 1: 76.5% accuracy in 40 rounds, against 79.7% without privacy.
 func Default() Config {
 	mc := mech.DefaultConfig()
 	return Config{
