@@ -297,10 +297,8 @@ func (t *Trainer) checkData(x []float32, y []int32, idx []int) (int, error) {
 		if y[i] < 0 || int(y[i]) >= t.m.classes {
 			return 0, fmt.Errorf("model: example %d has label %d, want [0, %d)", i, y[i], t.m.classes)
 		}
-		for _, v := range x[i*feat : (i+1)*feat] {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return 0, fmt.Errorf("model: example %d has a feature %v", i, v)
-			}
+		if j := nonFinite(x[i*feat : (i+1)*feat]); j >= 0 {
+			return 0, fmt.Errorf("model: example %d has a feature %v", i, x[i*feat+j])
 		}
 	}
 	return n, nil
