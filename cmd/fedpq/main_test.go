@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -71,5 +73,37 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if code, _, errOut := runCLI("dme", "-h"); code != 0 || !strings.Contains(errOut, "--epsilon") && !strings.Contains(errOut, "-epsilon") {
 		t.Errorf("dme -h: exit %d, %s", code, errOut)
+	}
+}
+
+// TestRunConfigAndFlags: a YAML file sets the run, flags given on the
+// command line win, and the name defaults to the file's.
+func TestRunConfigAndFlags(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "small.yaml")
+	if err := os.WriteFile(cfg, []byte("rounds: 5\nmechanism: ldpq\nepsilon: 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "run")
+	code, stdout, stderr := runCLI("run", "--config", cfg, "--rounds", "2", "--out", out, "--format", "json", "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var s map[string]any
+	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if s["rounds"] != 2.0 || s["mechanism"] != "ldpq" || s["epsilon_per_round"] != 2.0 || s["name"] != "small" {
+		t.Errorf("summary %v", s)
+	}
+	written, err := os.ReadFile(filepath.Join(out, "config.yaml"))
+	if err != nil || !strings.Contains(string(written), "rounds: 2") || !strings.Contains(string(written), "mechanism: ldpq") {
+		t.Errorf("config.yaml: %v\n%s", err, written)
+	}
+	if code, _, _ := runCLI("run", "--config", filepath.Join(dir, "missing.yaml")); code != 1 {
+		t.Errorf("missing config: exit %d", code)
+	}
+	if code, _, _ := runCLI("run", "--rounds", "x"); code != 2 {
+		t.Errorf("bad flag: exit %d", code)
 	}
 }

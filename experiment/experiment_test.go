@@ -1,0 +1,112 @@
+package experiment
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fedpq/fedpq/report"
+)
+
+func quick(t *testing.T) Config {
+	c := Default()
+	c.Rounds = 4
+	c.Out = t.TempDir()
+	return c
+}
+
+// TestRunWritesRunDirectory: a run leaves config.yaml (which loads back to
+// the same configuration), metrics.jsonl with a line per round, the summary
+// and the plots.
+func TestRunWritesRunDirectory(t *testing.T) {
+	c := quick(t)
+	var seen []report.Round
+	s, err := Run(context.Background(), c, func(r report.Round) { seen = append(seen, r) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 4 || s.Rounds != 4 || s.EpsilonPerRound != 1 || s.UplinkBitsPerParam != 1 {
+		t.Errorf("%d rounds seen, summary %+v", len(seen), s)
+	}
+	for _, f := range []string{"config.yaml", report.MetricsFile, report.SummaryFile, report.PlotPNGFile, report.PlotSVGFile} {
+		if _, err := os.Stat(filepath.Join(c.Out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	back := Default()
+	if err := Load(filepath.Join(c.Out, "config.yaml"), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back != c {
+		t.Errorf("config.yaml reads back as %+v, want %+v", back, c)
+	}
+	run, err := report.ReadRun(c.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Rounds) != 4 || run.Summary == nil || run.Summary.FinalAccuracy != s.FinalAccuracy {
+		t.Errorf("read back %d rounds, summary %+v", len(run.Rounds), run.Summary)
+	}
+}
+
+// TestReproducible: the same configuration gives the same metrics, line for
+// line apart from wall time.
+func TestReproducible(t *testing.T) {
+	var accs [2][]float64
+	for i := range accs {
+		c := quick(t)
+		c.Mechanism = "ldpq"
+		c.Dropout = 0.2
+		c.ClientsPerRound = 10
+		_, err := Run(context.Background(), c, func(r report.Round) { accs[i] = append(accs[i], *r.Accuracy, r.TrainLoss) })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for j := range accs[0] {
+		if accs[0][j] != accs[1][j] {
+			t.Fatalf("runs differ: %v vs %v", accs[0], accs[1])
+		}
+	}
+}
+
+func TestLoadRejectsUnknownKeys(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.yaml")
+	os.WriteFile(path, []byte("rounds: 3\nepsilonn: 2\n"), 0o644)
+	c := Default()
+	if err := Load(path, &c); err == nil || !strings.Contains(err.Error(), "epsilonn") {
+		t.Errorf("unknown key: %v", err)
+	}
+	os.WriteFile(path, []byte("rounds: 3\nepsilon: 2\n"), 0o644)
+	if err := Load(path, &c); err != nil || c.Rounds != 3 || c.Epsilon != 2 || c.Model != Default().Model {
+		t.Errorf("load: %v, %+v", err, c)
+	}
+	os.WriteFile(path, nil, 0o644)
+	if err := Load(path, &c); err != nil {
+		t.Errorf("empty file: %v", err)
+	}
+}
+
+func TestBadConfigs(t *testing.T) {
+	for i, f := range []func(*Config){
+		func(c *Config) { c.Partition = "dirichlet" },
+		func(c *Config) { c.Partition = "shards:0" },
+		func(c *Config) { c.Partition = "iid:3" },
+		func(c *Config) { c.Optimizer = "rmsprop" },
+		func(c *Config) { c.LR = 0 },
+		func(c *Config) { c.Range = "minmax:-1" },
+		func(c *Config) { c.Model = "resnet" },
+		func(c *Config) { c.Dataset = "imagenet" },
+		func(c *Config) { c.Dataset = "mnist"; c.Partition = "natural"; c.DataDir = "../../shared/datasets" },
+		func(c *Config) { c.Epsilon = -1 },
+	} {
+		c := quick(t)
+		f(&c)
+		if _, err := Run(context.Background(), c, nil); err == nil {
+			t.Errorf("case %d accepted", i)
+		}
+	}
+}
