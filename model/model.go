@@ -9,8 +9,10 @@
 // local training on the Go backend.
 //
 // Convolutions are lowered to im2col + matrix multiplication inside the
-// graph (see conv), because the Go backend's native convolution is a generic
-// direct loop that is several times slower.
+// graph (see convForward), and the backward pass is written out by hand
+// (see backward), because the Go backend's native convolution is a generic
+// direct loop and its data movement (transposes, slices, pads) is slow;
+// docs/models.md explains the choices and gives the measured step times.
 package model
 
 import (

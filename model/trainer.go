@@ -153,8 +153,12 @@ func (t *Trainer) Model() *Model { return t.m }
 func (t *Trainer) build(batch int, train bool) (p *program, err error) {
 	m := t.m
 	p = &program{batch: batch}
+	kind := "evaluation"
+	if train {
+		kind = "training"
+	}
 	err = exceptions.TryCatch[error](func() {
-		g := NewGraph(t.backend, fmt.Sprintf("%s-%s-%d", m.arch, map[bool]string{true: "train", false: "eval"}[train], batch))
+		g := NewGraph(t.backend, fmt.Sprintf("%s-%s-%d", m.arch, kind, batch))
 		params := make([]*Node, len(m.specs))
 		for i, s := range m.specs {
 			params[i] = Parameter(g, s.Name, f32(s.Shape...))
@@ -202,7 +206,7 @@ func (t *Trainer) build(batch int, train bool) (p *program, err error) {
 		p.g = g
 	})
 	if err != nil {
-		return nil, fmt.Errorf("model: building the %s graph of %s: %w", map[bool]string{true: "training", false: "evaluation"}[train], m.arch, err)
+		return nil, fmt.Errorf("model: building the %s graph of %s: %w", kind, m.arch, err)
 	}
 	// Host-shared data buffers: written in place before each step, never donated.
 	newShared := func(shape shapes.Shape) (compute.Buffer, any, error) {
