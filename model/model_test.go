@@ -325,3 +325,50 @@ func TestBadInput(t *testing.T) {
 		t.Error("diverged training: no error")
 	}
 }
+
+// TestConcurrentTrainers: trainers in concurrent goroutines (as the round
+// engine runs them) give exactly the results of sequential training and do
+// not deadlock on the shared backend.
+func TestConcurrentTrainers(t *testing.T) {
+	m, _ := New("corbin-cnn", []int{12, 12, 1}, 10)
+	x, y := synthetic(m, 64, 2)
+	cfg := TrainConfig{Epochs: 1, Batch: 16}
+	train := func(tr *Trainer, seed uint64) [][]float32 {
+		c := cfg
+		c.Seed = seed
+		w, _, err := tr.Train(context.Background(), m.Init(1), x, y, seq(64), c)
+		if err != nil {
+			t.Error(err)
+		}
+		return w
+	}
+	const workers = 4
+	want := make([][][]float32, workers)
+	seqTr, _ := m.NewTrainer(Optimizer{Name: "sgd", LR: 0.05})
+	for k := range workers {
+		want[k] = train(seqTr, uint64(k))
+	}
+	got := make([][][]float32, workers)
+	done := make(chan int)
+	for k := range workers {
+		go func() {
+			tr, err := m.NewTrainer(Optimizer{Name: "sgd", LR: 0.05})
+			if err != nil {
+				t.Error(err)
+			} else {
+				got[k] = train(tr, uint64(k))
+			}
+			done <- k
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	for k := range workers {
+		for i := range want[k] {
+			if got[k] == nil || !slices.Equal(got[k][i], want[k][i]) {
+				t.Fatalf("worker %d: tensor %d differs from sequential training", k, i)
+			}
+		}
+	}
+}
