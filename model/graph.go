@@ -26,6 +26,11 @@ type pass struct {
 	wide    *Node // conv: the ReLU output on the wide grid [O, B, R, Wq]
 	pooled  *Node // conv with pool: wide pooled [O, B, R/2, Wq/2]
 	out     *Node // the step's output activation
+
+	// First conv with pool (convFirstPooled): per pooling phase, the
+	// patches and the products, and their maximum (before ReLU).
+	phasePatches, phaseZ [4]*Node
+	phaseMax             *Node
 }
 
 // forward builds the logits [classes, batch] of a feature-major batch x
@@ -41,7 +46,11 @@ func (m *Model) forward(x *Node, params []*Node, masks []*Node) (*Node, []pass) 
 		passes[i].in = x
 		switch st.kind {
 		case conv:
-			x = convForward(&passes[i], x, params[st.w], params[st.b], st)
+			if i == 0 && st.pool {
+				x = convFirstPooled(&passes[i], x, params[st.w], params[st.b], st)
+			} else {
+				x = convForward(&passes[i], x, params[st.w], params[st.b], st)
+			}
 		case dense:
 			x = flatten(x)
 			passes[i].in = x
@@ -156,6 +165,69 @@ func convForward(ps *pass, x, kernel, bias *Node, st step) *Node {
 		return ps.pooled
 	}
 	return Slice(ps.pooled, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, g.wo/2))
+}
+
+// convFirstPooled is convForward for a first layer followed by pooling,
+// which needs no input gradient. Each of the four pooling phases (py, px)
+// gets its own patches, read with stride-2 slices at exactly the output
+// positions 2i+py, 2j+px that fall into pooled cell (i, j), and its own
+// product z_(py,px) [O, B*h*w]. Pooling is then an element-wise maximum of
+// four same-shape tensors and ReLU runs on the pooled quarter: the Go
+// backend does both in fast same-shape loops, where the ReduceMax over a
+// reshaped tensor and the pooling gradient's broadcasts walk generic
+// iterators over the full activation (the largest of a CNN: a fifth of a
+// corbin-cnn step).
+func convFirstPooled(ps *pass, x, kernel, bias *Node, st step) *Node {
+	g := newConvGeom(x, st)
+	gr := x.Graph()
+	if g.pad > 0 {
+		x = Pad(x, ScalarZero(gr, dtypes.Float32), PadAxis{}, PadAxis{}, PadAxis{Start: g.pad, End: g.pad}, PadAxis{Start: g.pad, End: g.pad})
+	}
+	h, w := g.ho/2, g.wo/2
+	n := g.b * h * w
+	wk := convKernel(kernel, bias)
+	for phase := range 4 {
+		py, px := phase/2, phase%2
+		rows := make([]*Node, 0, g.k*g.k+1)
+		for dy := range g.k {
+			for dx := range g.k {
+				y0, x0 := py+dy, px+dx
+				win := Slice(x, AxisRange(), AxisRange(), AxisRange(y0, y0+2*h-1).Stride(2), AxisRange(x0, x0+2*w-1).Stride(2))
+				rows = append(rows, Reshape(win, g.c, n))
+			}
+		}
+		rows = append(rows, Ones(gr, f32(1, n)))
+		ps.phasePatches[phase] = Concatenate(rows, 0)
+		ps.phaseZ[phase] = DotGeneral(wk, []int{1}, nil, ps.phasePatches[phase], []int{0}, nil)
+	}
+	z := ps.phaseZ
+	ps.phaseMax = Max(Max(z[0], z[1]), Max(z[2], z[3]))
+	return Reshape(MaxScalar(ps.phaseMax, 0), g.o, g.b, h, w)
+}
+
+// convFirstPooledGrad returns the kernel and bias gradients of
+// convFirstPooled given d, the gradient of its output: the ReLU passes d
+// where the pooled maximum is positive, and each phase whose product is
+// that maximum receives it (ties: all tied phases, as in maxPool2Grad).
+func convFirstPooledGrad(ps pass, d *Node, st step) (gk, gb *Node) {
+	zero := ScalarZero(d.Graph(), dtypes.Float32)
+	d = Reshape(d, st.out, -1)
+	d = Where(GreaterThan(ps.phaseMax, zero), d, zero)
+	var full *Node
+	for phase, z := range ps.phaseZ {
+		dz := Where(Equal(z, ps.phaseMax), d, zero)
+		part := DotGeneral(dz, []int{1}, nil, ps.phasePatches[phase], []int{1}, nil)
+		if full == nil {
+			full = part
+		} else {
+			full = Add(full, part)
+		}
+	}
+	c := ps.in.Shape().Dimensions[0]
+	kk := st.k * st.k * c
+	gk = TransposeAllAxes(Reshape(Slice(full, AxisRange(), AxisRange(0, kk)), st.out, st.k, st.k, c), 0, 3, 1, 2)
+	gb = Reshape(Slice(full, AxisRange(), AxisRange(kk, kk+1)), st.out)
+	return gk, gb
 }
 
 // convBackward returns the gradients of the kernel and bias and, unless
@@ -299,7 +371,11 @@ func (m *Model) backward(params []*Node, masks []*Node, passes []pass, dLogits *
 				d = unflatten(d, prev.Shape().Dimensions)
 			}
 		case conv:
-			grads[st.w], grads[st.b], d = convBackward(ps, params[st.w], d, st, first)
+			if first && st.pool {
+				grads[st.w], grads[st.b] = convFirstPooledGrad(ps, d, st)
+			} else {
+				grads[st.w], grads[st.b], d = convBackward(ps, params[st.w], d, st, first)
+			}
 		}
 	}
 	return grads
