@@ -207,15 +207,21 @@ func convFirstPooled(ps *pass, x, kernel, bias *Node, st step) *Node {
 
 // convFirstPooledGrad returns the kernel and bias gradients of
 // convFirstPooled given d, the gradient of its output: the ReLU passes d
-// where the pooled maximum is positive, and each phase whose product is
-// that maximum receives it (ties: all tied phases, as in maxPool2Grad).
+// where the pooled maximum is positive, and the first phase (in row-major
+// window order) whose product is that maximum receives it, as in
+// maxPool2Grad.
 func convFirstPooledGrad(ps pass, d *Node, st step) (gk, gb *Node) {
 	zero := ScalarZero(d.Graph(), dtypes.Float32)
 	d = Reshape(d, st.out, -1)
 	d = Where(GreaterThan(ps.phaseMax, zero), d, zero)
 	var full *Node
 	for phase, z := range ps.phaseZ {
-		dz := Where(Equal(z, ps.phaseMax), d, zero)
+		// The first phase equal to the maximum takes d; later ties get 0.
+		top := Equal(z, ps.phaseMax)
+		dz := Where(top, d, zero)
+		if phase < 3 {
+			d = Where(top, zero, d)
+		}
 		part := DotGeneral(dz, []int{1}, nil, ps.phasePatches[phase], []int{1}, nil)
 		if full == nil {
 			full = part
@@ -299,22 +305,27 @@ func convKernel(kernel, bias *Node) *Node {
 }
 
 // maxPool2Grad routes the gradient d of out = 2 x 2 max pooling of x
-// [C, B, H, W] (H, W even) to the inputs that were the maximum of their
-// window and, since x is a ReLU output, applies the ReLU's gradient too: a
-// window whose maximum is 0 passes nothing (its out is replaced by -1,
-// which no input equals), which saves a pass over the large unpooled
-// tensor. Where two inputs of a window tie for a positive maximum, both get
-// the gradient (ties between positive float activations are rare; PyTorch
-// picks one).
+// [C, B, H, W] (H, W even) to the first input of each window, in row-major
+// order, that equals the window's maximum (PyTorch's choice), and, since x
+// is a ReLU output, applies the ReLU's gradient too: a window whose maximum
+// is 0 passes nothing (its out is replaced by -1, which no input equals).
+// Routing to one input matters: on MNIST's blank margins the four inputs
+// of a window are all equal (to the bias), and giving each the gradient
+// multiplied it by up to 4 (caught by TestRefGrad). The first maximum is
+// found as the minimum of the window positions (0..3) whose input ties.
 func maxPool2Grad(x, out, d *Node) *Node {
 	dims := x.Shape().Dimensions
 	c, b, h, w := dims[0], dims[1], dims[2]/2, dims[3]/2
-	zero := ScalarZero(x.Graph(), dtypes.Float32)
+	gr := x.Graph()
+	zero := ScalarZero(gr, dtypes.Float32)
+	full := []int{c, b, h, 2, w, 2}
 	up := func(v *Node) *Node {
-		return BroadcastToDims(Reshape(v, c, b, h, 1, w, 1), c, b, h, 2, w, 2)
+		return BroadcastToDims(Reshape(v, c, b, h, 1, w, 1), full...)
 	}
-	out = Where(GreaterThan(out, zero), out, Scalar(x.Graph(), dtypes.Float32, -1))
-	g := Where(Equal(Reshape(x, c, b, h, 2, w, 2), up(out)), up(d), zero)
+	out = Where(GreaterThan(out, zero), out, Scalar(gr, dtypes.Float32, -1))
+	pos := BroadcastToDims(Const(gr, [][][][][][]float32{{{{{{0, 1}}, {{2, 3}}}}}}), full...)
+	first := ReduceMin(Where(Equal(Reshape(x, full...), up(out)), pos, Scalar(gr, dtypes.Float32, 4)), 3, 5)
+	g := Where(Equal(pos, up(first)), up(d), zero)
 	return Reshape(g, c, b, 2*h, 2*w)
 }
 
