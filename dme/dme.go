@@ -95,7 +95,7 @@ func Run(ctx context.Context, c Config, progress func(done int)) (*Result, error
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := runTrial(ctx, c, m, uint64(t), &acc); err != nil {
+		if err := runTrial(ctx, c, m, info, uint64(t), &acc); err != nil {
 			return nil, err
 		}
 		if progress != nil {
@@ -157,7 +157,7 @@ type round struct {
 	*fl.Round
 }
 
-func runTrial(ctx context.Context, c Config, m mech.Mechanism, t uint64, acc *accumulator) error {
+func runTrial(ctx context.Context, c Config, m mech.Mechanism, info mech.Info, t uint64, acc *accumulator) error {
 	secret := corr.SeedSecret(c.Seed)
 	rd := &round{c: c, m: m, t: t, secret: secret, Round: fl.NewRound(m, secret, t, c.Clients, c.Transfer)}
 	sum, err := m.NewSum(c.Dim, c.Range)
@@ -251,8 +251,10 @@ func runTrial(ctx context.Context, c Config, m mech.Mechanism, t uint64, acc *ac
 		acc.sq += d * d
 		acc.sq2 += d * d * d * d
 		acc.err += d
-		cl := (clipped[j] - truth[j]) / n
-		acc.theorySum += cl * cl
+		if !info.Unclipped {
+			cl := (clipped[j] - truth[j]) / n
+			acc.theorySum += cl * cl
+		}
 	}
 	return nil
 }

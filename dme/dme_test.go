@@ -125,3 +125,17 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestNoneUnclipped: none sends values outside the range as they are, so its
+// estimate stays exact and its theory has no clipping term.
+func TestNoneUnclipped(t *testing.T) {
+	c := config("none")
+	c.Input = Input{Kind: "normal", A: 0.5, B: 2}
+	r, err := Run(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.MSE > 1e-12 || *r.MSETheory != 0 {
+		t.Errorf("none beyond the range: MSE %v, theory %v", r.MSE, *r.MSETheory)
+	}
+}

@@ -190,7 +190,10 @@ type Info struct {
 	// LDP is true when the mechanism is eps-LDP per parameter against the
 	// server; false for compression-only and for not-formally-private variants.
 	LDP bool
-	New func(Config) (Mechanism, error)
+	// Unclipped is true when the mechanism sends inputs outside the range
+	// as they are (none); every other mechanism clips them.
+	Unclipped bool
+	New       func(Config) (Mechanism, error)
 }
 
 var registry = map[string]Info{}

@@ -8,14 +8,17 @@ import (
 
 func init() {
 	Register(Info{
-		Name:    "none",
-		Summary: "no privacy, no compression: float32 per parameter (the reference)",
-		New:     func(Config) (Mechanism, error) { return none{}, nil },
+		Name:      "none",
+		Summary:   "no privacy, no compression, no clipping: float32 per parameter (the reference)",
+		Unclipped: true,
+		New:       func(Config) (Mechanism, error) { return none{}, nil },
 	})
 }
 
-// none sends each clipped parameter as a float32: 32 bits, no noise. Its
-// estimate of the mean is exact up to float32 rounding.
+// none sends each parameter as a float32: 32 bits, no noise, and no
+// clipping either, since the range exists for the mechanisms' sake and the
+// reference should not pay for it. Its estimate of the mean is exact up to
+// float32 rounding.
 type none struct{}
 
 func (none) Name() string       { return "none" }
@@ -30,7 +33,7 @@ func (none) Encode(dst []byte, w []float32, rg Range, _ Slot) ([]byte, error) {
 	if err := checkInput(w); err != nil {
 		return dst, err
 	}
-	return appendFloats(dst, w, func(v float64) float64 { return rg.Clip(v) }), nil
+	return appendFloats(dst, w), nil
 }
 
 func (none) NewSum(n int, rg Range) (Sum, error) { return newFloatSum(n, rg) }
@@ -38,10 +41,10 @@ func (none) NewSum(n int, rg Range) (Sum, error) { return newFloatSum(n, rg) }
 // Variance is 0: the only error is float32 rounding.
 func (none) Variance(float64, Range) float64 { return 0 }
 
-// appendFloats appends f(w[i]) as little-endian float32s.
-func appendFloats(dst []byte, w []float32, f func(float64) float64) []byte {
+// appendFloats appends w as little-endian float32s.
+func appendFloats(dst []byte, w []float32) []byte {
 	for _, v := range w {
-		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(float32(f(float64(v)))))
+		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(v))
 	}
 	return dst
 }
