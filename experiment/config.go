@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -107,6 +108,31 @@ func (c Config) Dir() string {
 		return c.Out
 	}
 	return "runs/" + c.Name
+}
+
+// Validate checks every setting that can be checked without loading data:
+// a bad configuration fails before a long run starts, not in its middle.
+func (c Config) Validate() error {
+	if _, err := c.engineConfig(); err != nil {
+		return err
+	}
+	if _, err := c.optimizer(); err != nil {
+		return err
+	}
+	if _, _, err := parsePartition(c.Partition); err != nil {
+		return err
+	}
+	if !slices.Contains(model.Names(), c.Model) {
+		return fmt.Errorf("model %q: want one of %v", c.Model, model.Names())
+	}
+	if _, err := mech.New(c.Mechanism, c.mechConfig()); err != nil {
+		return err
+	}
+	if c.Clients < 1 || c.Rounds < 1 || c.Epochs < 1 || c.Batch < 1 || c.EvalEvery < 1 {
+		return fmt.Errorf("clients (%d), rounds (%d), epochs (%d), batch (%d) and eval_every (%d) must be at least 1",
+			c.Clients, c.Rounds, c.Epochs, c.Batch, c.EvalEvery)
+	}
+	return nil
 }
 
 // mechConfig is the mechanism part of c.

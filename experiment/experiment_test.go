@@ -110,3 +110,25 @@ func TestBadConfigs(t *testing.T) {
 		}
 	}
 }
+
+// TestExperimentFiles: every file in experiments/ loads without unknown
+// keys and validates, and names its run after itself.
+func TestExperimentFiles(t *testing.T) {
+	files, err := filepath.Glob("../experiments/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no experiment files: %v", err)
+	}
+	for _, f := range files {
+		c := Default()
+		if err := Load(f, &c); err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		if want := strings.TrimSuffix(filepath.Base(f), ".yaml"); c.Name != want {
+			t.Errorf("%s: name %q, want %q", f, c.Name, want)
+		}
+	}
+}

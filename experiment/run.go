@@ -17,6 +17,9 @@ import (
 // config.yaml (c as resolved), metrics.jsonl, summary.json and the accuracy
 // plots. progress, if not nil, sees every round as it ends.
 func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Summary, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	ec, err := c.engineConfig()
 	if err != nil {
 		return nil, err
