@@ -62,6 +62,10 @@ type Config struct {
 	Weighting string  `yaml:"weighting"` // examples or mean
 	GlobalLR  float64 `yaml:"global_lr"`
 	Patience  int     `yaml:"patience"`
+	// Validation is the fraction of the training set the server holds out
+	// (no client has it) to select the model for patience; 0: patience
+	// looks at the test set.
+	Validation float64 `yaml:"validation"`
 
 	Seed    uint64 `yaml:"seed"`
 	Workers int    `yaml:"workers"` // 0: all cores
@@ -127,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := mech.New(c.Mechanism, c.mechConfig()); err != nil {
 		return err
+	}
+	if !(c.Validation >= 0 && c.Validation < 1) {
+		return fmt.Errorf("validation %v must be in [0, 1)", c.Validation)
 	}
 	if c.Clients < 1 || c.Rounds < 1 || c.Epochs < 1 || c.Batch < 1 || c.EvalEvery < 1 {
 		return fmt.Errorf("clients (%d), rounds (%d), epochs (%d), batch (%d) and eval_every (%d) must be at least 1",

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/report"
 )
 
@@ -130,5 +131,47 @@ func TestExperimentFiles(t *testing.T) {
 		if want := strings.TrimSuffix(filepath.Base(f), ".yaml"); c.Name != want {
 			t.Errorf("%s: name %q, want %q", f, c.Name, want)
 		}
+	}
+}
+
+// TestValidationHeldOut: the validation split is disjoint from every
+// client's examples, and together they cover the training set.
+func TestValidationHeldOut(t *testing.T) {
+	ds := &data.Dataset{Name: "toy", Shape: []int{1}, Classes: 2}
+	for i := range 1000 {
+		ds.X = append(ds.X, float32(i))
+		ds.Y = append(ds.Y, int32(i%2))
+	}
+	fed := &data.Federated{Train: ds, Test: ds}
+	for _, p := range []string{"iid", "dirichlet:0.5", "shards:2"} {
+		c := Default()
+		c.Partition, c.Clients, c.Validation = p, 10, 0.1
+		parts, val, err := partition(c, fed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int]bool{}
+		for _, v := range val {
+			seen[v] = true
+		}
+		if len(val) != 100 {
+			t.Errorf("%s: %d held out, want 100", p, len(val))
+		}
+		for _, part := range parts {
+			for _, i := range part {
+				if seen[i] {
+					t.Fatalf("%s: example %d is both a client's and held out", p, i)
+				}
+				seen[i] = true
+			}
+		}
+		if len(seen) != 1000 {
+			t.Errorf("%s: %d of 1000 examples covered", p, len(seen))
+		}
+	}
+	c := Default()
+	c.Validation = 0.1
+	if _, _, err := partition(c, &data.Federated{Train: ds, Test: ds, Natural: [][]int{{0}}}); err == nil {
+		t.Error("validation with the natural partition accepted")
 	}
 }

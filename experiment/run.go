@@ -32,7 +32,7 @@ func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Su
 	if err != nil {
 		return nil, err
 	}
-	clients, err := partition(c, fed)
+	clients, val, err := partition(c, fed)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Su
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	task := fl.Task{Model: m, Data: fed, Clients: clients}
+	task := fl.Task{Model: m, Data: fed, Clients: clients, Validation: val}
 	for range min(workers, len(clients)) {
 		tr, err := m.NewTrainer(opt)
 		if err != nil {
@@ -102,24 +102,50 @@ func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Su
 	return s, nil
 }
 
-// partition gives each client its examples.
-func partition(c Config, fed *data.Federated) ([][]int, error) {
+// partition gives each client its examples, after holding out the
+// validation split (returned second) if there is one.
+func partition(c Config, fed *data.Federated) ([][]int, []int, error) {
 	kind, arg, err := parsePartition(c.Partition)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	train := fed.Train
-	switch kind {
-	case "natural":
+	if kind == "natural" {
 		if fed.Natural == nil {
-			return nil, fmt.Errorf("partition natural: %s has no clients of its own; use iid, dirichlet:ALPHA or shards:K", c.Dataset)
+			return nil, nil, fmt.Errorf("partition natural: %s has no clients of its own; use iid, dirichlet:ALPHA or shards:K", c.Dataset)
 		}
-		return fed.Natural, nil
-	case "iid":
-		return data.IID(train.Len(), c.Clients, c.Seed)
-	case "dirichlet":
-		return data.Dirichlet(train.Y, train.Classes, c.Clients, arg, c.Seed)
-	default: // shards
-		return data.Shards(train.Y, c.Clients, int(arg), c.Seed)
+		if c.Validation > 0 {
+			return nil, nil, fmt.Errorf("validation: the natural partition leaves no examples to hold out")
+		}
+		return fed.Natural, nil, nil
 	}
+	keep, val, err := data.Split(train.Len(), c.Validation, c.Seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.Validation == 0 {
+		val = nil
+	}
+	labels := make([]int32, len(keep))
+	for i, k := range keep {
+		labels[i] = train.Y[k]
+	}
+	var parts [][]int
+	switch kind {
+	case "iid":
+		parts, err = data.IID(len(keep), c.Clients, c.Seed)
+	case "dirichlet":
+		parts, err = data.Dirichlet(labels, train.Classes, c.Clients, arg, c.Seed)
+	default: // shards
+		parts, err = data.Shards(labels, c.Clients, int(arg), c.Seed)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range parts { // positions in keep to examples of the training set
+		for i, j := range p {
+			p[i] = keep[j]
+		}
+	}
+	return parts, val, nil
 }

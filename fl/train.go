@@ -63,6 +63,9 @@ type Task struct {
 	Trainers []Trainer
 	Data     *data.Federated
 	Clients  [][]int // client k's examples in Data.Train
+	// Validation is examples of Data.Train that no client holds, on which
+	// patience selects the model; nil: patience looks at the test set.
+	Validation []int
 }
 
 func (c *Config) validate(clients int) error {
@@ -401,7 +404,8 @@ func (e *Engine) update(est [][]float64) {
 	}
 }
 
-// evaluate scores the global model on the test set and applies patience.
+// evaluate scores the global model on the test set and applies patience,
+// judged on the validation split when there is one.
 func (e *Engine) evaluate(r *report.Round) error {
 	test := e.task.Data.Test
 	acc, loss, err := e.task.Trainers[0].Evaluate(e.global, test.X, test.Y, nil)
@@ -409,6 +413,13 @@ func (e *Engine) evaluate(r *report.Round) error {
 		return err
 	}
 	r.Accuracy, r.Loss = &acc, &loss
+	if v := e.task.Validation; v != nil {
+		train := e.task.Data.Train
+		if acc, _, err = e.task.Trainers[0].Evaluate(e.global, train.X, train.Y, v); err != nil {
+			return err
+		}
+		r.ValAccuracy = &acc
+	}
 	if acc > e.bestAcc {
 		e.bestAcc, e.since = acc, 0
 		e.best = clone(e.global)

@@ -275,3 +275,22 @@ func TestConfigErrors(t *testing.T) {
 		t.Error("a client without examples accepted")
 	}
 }
+
+// TestPatienceOnValidation: with a validation split, patience follows the
+// validation accuracy (every second Evaluate), not the test accuracy.
+func TestPatienceOnValidation(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Rounds = 3
+	cfg.Patience = 1
+	cfg.Workers = 1
+	task := fakeTask(3, 2, func(int) int { return 1 })
+	// test, validation for each round: test rises, validation falls at round 2.
+	task.Trainers = []Trainer{&fakeTrainer{dim: 2, accs: []float64{0.5, 0.9, 0.6, 0.8, 0.7, 0.95}}}
+	task.Validation = []int{0}
+	_, rounds := run(t, cfg, task)
+	for i, want := range []bool{false, true, false} {
+		if rounds[i].Restored != want || rounds[i].ValAccuracy == nil {
+			t.Errorf("round %d: restored %v (want %v), validation accuracy %v", i+1, rounds[i].Restored, want, rounds[i].ValAccuracy)
+		}
+	}
+}

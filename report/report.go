@@ -38,18 +38,19 @@ const (
 // accuracy of zero. Accuracy is a fraction in [0, 1].
 type Round struct {
 	Round              int      `json:"round"`
-	Accuracy           *float64 `json:"accuracy,omitempty"`    // test accuracy, on evaluation rounds only
-	Loss               *float64 `json:"loss,omitempty"`        // test loss, on evaluation rounds only
-	TrainLoss          float64  `json:"train_loss"`            // mean local training loss of the round's clients
-	Clients            int      `json:"clients"`               // updates aggregated
-	Dropped            int      `json:"dropped"`               // sampled clients that dropped out
-	UplinkBits         int64    `json:"uplink_bits"`           // payload bits received this round
-	UplinkBitsPerParam float64  `json:"uplink_bits_per_param"` // payload bits per parameter per client
-	SetupBytes         int64    `json:"setup_bytes"`           // bytes spent setting up shared randomness this round
-	Epsilon            float64  `json:"epsilon"`               // per-parameter eps of this round (0 when no privacy)
-	EpsilonSpent       float64  `json:"epsilon_spent"`         // per-parameter eps composed over rounds so far (basic composition), per client at most
-	Restored           bool     `json:"restored,omitempty"`    // the global model was reloaded from the best checkpoint (patience)
-	Seconds            float64  `json:"seconds"`               // wall time since the run started
+	Accuracy           *float64 `json:"accuracy,omitempty"`     // test accuracy, on evaluation rounds only
+	Loss               *float64 `json:"loss,omitempty"`         // test loss, on evaluation rounds only
+	ValAccuracy        *float64 `json:"val_accuracy,omitempty"` // accuracy on the server's validation split, which patience selects on
+	TrainLoss          float64  `json:"train_loss"`             // mean local training loss of the round's clients
+	Clients            int      `json:"clients"`                // updates aggregated
+	Dropped            int      `json:"dropped"`                // sampled clients that dropped out
+	UplinkBits         int64    `json:"uplink_bits"`            // payload bits received this round
+	UplinkBitsPerParam float64  `json:"uplink_bits_per_param"`  // payload bits per parameter per client
+	SetupBytes         int64    `json:"setup_bytes"`            // bytes spent setting up shared randomness this round
+	Epsilon            float64  `json:"epsilon"`                // per-parameter eps of this round (0 when no privacy)
+	EpsilonSpent       float64  `json:"epsilon_spent"`          // per-parameter eps composed over rounds so far (basic composition), per client at most
+	Restored           bool     `json:"restored,omitempty"`     // the global model was reloaded from the best checkpoint (patience)
+	Seconds            float64  `json:"seconds"`                // wall time since the run started
 }
 
 // Summary is summary.json: the outcome of a finished run, what a table of

@@ -71,6 +71,7 @@ var runFlagHelp = [][2]string{
 	{"weighting", "aggregation: examples (FedAvg) or mean"},
 	{"global_lr", "global learning rate lambda"},
 	{"patience", "reload the best global model after this many evaluations without improvement (0: never)"},
+	{"validation", "fraction of the training set the server holds out to select the model for patience (0: use the test set)"},
 	{"seed", "seed of every random stream"},
 	{"workers", "clients trained in parallel (0: all cores)"},
 }
