@@ -128,8 +128,3 @@ func (s *Stream) NormFloat64() float64 {
 		}
 	}
 }
-
-// ExpFloat64 returns an exponential variate with mean 1.
-func (s *Stream) ExpFloat64() float64 {
-	return -math.Log1p(-s.Float64())
-}

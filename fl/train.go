@@ -159,9 +159,6 @@ func size(shape []int) int {
 // Global is the current global model.
 func (e *Engine) Global() [][]float32 { return e.global }
 
-// Params is the number of parameters of the model.
-func (e *Engine) Params() int { return e.params }
-
 // Run trains for cfg.Rounds rounds, calling observe after each.
 func (e *Engine) Run(ctx context.Context, observe func(report.Round) error) error {
 	e.start = time.Now()
