@@ -9,12 +9,17 @@ import (
 )
 
 // sharedDir is where the repository's shared datasets live, relative to this
-// package; tests that need the real files skip when it is absent.
+// package. Tests that need the real files skip when it is absent, except in
+// CI, which always has it: there a missing directory is a failure, not a
+// silently skipped test.
 var sharedDir = filepath.Join("..", "..", "shared", "datasets")
 
 func needShared(t *testing.T, sub string) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(sharedDir, sub, "train-images-idx3-ubyte.gz")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI without the shared datasets: no %s in %s: %v", sub, sharedDir, err)
+		}
 		t.Skipf("no %s in %s: %v", sub, sharedDir, err)
 	}
 }
