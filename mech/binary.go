@@ -267,3 +267,28 @@ func (s *bitSum) Mean(dst []float64) error {
 	}
 	return nil
 }
+
+// oneBit is what the eps-LDP one-bit mechanisms (ldpq, corbin, augcorbin,
+// coq) share: one bit per parameter, the server's counting sum, and one
+// client's variance. They differ only in the words V their clients draw.
+type oneBit struct{ eps float64 }
+
+func (oneBit) Bits(n int) int { return n }
+
+func (m oneBit) NewSum(n int, rg Range) (Sum, error) {
+	b, err := newBinq(m.eps, rg)
+	if err != nil {
+		return nil, err
+	}
+	return newBitSum(n, b.c-b.out, b.c+b.out)
+}
+
+// Variance is out^2 - (E[Q(w)] - c)^2: one client's, whatever its role,
+// since every role has the ldpq marginal (NaN for an invalid range).
+func (m oneBit) Variance(w float64, rg Range) float64 {
+	b, err := newBinq(m.eps, rg)
+	if err != nil {
+		return math.NaN()
+	}
+	return b.variance(w)
+}

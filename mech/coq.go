@@ -33,7 +33,7 @@ func init() {
 // word), so coq is eps-LDP (binq's margin covers delta) and unbiased within
 // 2^-63*out.
 type coq struct {
-	eps   float64
+	oneBit
 	d, k  uint
 	start []uint64 // start[s] of each cell, in words of 2^64
 	width []uint64 // width[s] of each cell
@@ -68,7 +68,7 @@ func newCoQ(c Config) (Mechanism, error) {
 		cum += math.Pow(c.Px, float64(ones)) * math.Pow(1-c.Px, float64(int(d)-ones))
 	}
 	kb[size] = 1 << k
-	m := &coq{eps: c.Epsilon, d: d, k: k, kb: kb, start: make([]uint64, size), width: make([]uint64, size)}
+	m := &coq{oneBit: oneBit{c.Epsilon}, d: d, k: k, kb: kb, start: make([]uint64, size), width: make([]uint64, size)}
 	for s := range size {
 		w := kb[s+1] - kb[s]
 		if kb[s+1] < kb[s] || w == 1<<k {
@@ -91,7 +91,6 @@ func newCoQ(c Config) (Mechanism, error) {
 func (m *coq) Name() string       { return "coq" }
 func (m *coq) Coupling() Coupling { return Paired }
 func (m *coq) Alone() float64     { return 0 }
-func (m *coq) Bits(n int) int     { return n }
 
 // SharedBits is the number of shared bits a pair uses for n parameters.
 func (m *coq) SharedBits(n int) int { return int(m.k) * n }
@@ -139,16 +138,6 @@ func (m *coq) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error) 
 		}
 	}
 	return b.encode(dst, w, fill), nil
-}
-
-func (m *coq) NewSum(n int, rg Range) (Sum, error) { return newBinarySum(m.eps, n, rg) }
-
-func (m *coq) Variance(w float64, rg Range) float64 {
-	b, err := newBinq(m.eps, rg)
-	if err != nil {
-		return math.NaN()
-	}
-	return b.variance(w)
 }
 
 func (m *coq) PairVariance(w1, w2 float64, rg Range) float64 {

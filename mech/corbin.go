@@ -38,8 +38,8 @@ func init() {
 // and unbiased; a client without a partner is an ldpq client. The pair's
 // variance is PairVariance, derived from the coupling exactly.
 type corbin struct {
+	oneBit
 	name  string
-	eps   float64
 	d     uint
 	gamma float64
 }
@@ -51,13 +51,12 @@ func newCorBin(name string, c Config, gamma float64) (Mechanism, error) {
 	if c.SharedBits < 1 || c.SharedBits > 32 {
 		return nil, fmt.Errorf("mech: %s shared bits %d must be in 1..32", name, c.SharedBits)
 	}
-	return corbin{name: name, eps: c.Epsilon, d: uint(c.SharedBits), gamma: gamma}, nil
+	return corbin{oneBit: oneBit{c.Epsilon}, name: name, d: uint(c.SharedBits), gamma: gamma}, nil
 }
 
 func (m corbin) Name() string       { return m.name }
 func (m corbin) Coupling() Coupling { return Paired }
 func (m corbin) Alone() float64     { return m.gamma }
-func (m corbin) Bits(n int) int     { return n }
 
 // SharedBits is the number of shared bits a pair uses for n parameters.
 func (m corbin) SharedBits(n int) int { return int(m.d) * n }
@@ -108,16 +107,6 @@ func checkPartner(name string, s Slot) error {
 		return nil
 	}
 	return fmt.Errorf("mech: %s: invalid role %d", name, s.Role)
-}
-
-func (m corbin) NewSum(n int, rg Range) (Sum, error) { return newBinarySum(m.eps, n, rg) }
-
-func (m corbin) Variance(w float64, rg Range) float64 {
-	b, err := newBinq(m.eps, rg)
-	if err != nil {
-		return math.NaN()
-	}
-	return b.variance(w)
 }
 
 func (m corbin) PairVariance(w1, w2 float64, rg Range) float64 {

@@ -1,9 +1,6 @@
 package mech
 
-import (
-	"fmt"
-	"math"
-)
+import "fmt"
 
 func init() {
 	Register(Info{
@@ -23,19 +20,18 @@ func init() {
 // Guarantee: every parameter is eps-LDP: P(y|w)/P(y|w') <= e^eps for all
 // w, w' and both outputs, checked exactly on the integer thresholds.
 // Unbiased (E[Q(w)] = clip(w)), with Var[Q(w)] = out^2 - (w-c)^2.
-type ldpq struct{ eps float64 }
+type ldpq struct{ oneBit }
 
 func newLDPQ(c Config) (Mechanism, error) {
 	if err := c.ValidateEpsilon(); err != nil {
 		return nil, err
 	}
-	return ldpq{eps: c.Epsilon}, nil
+	return ldpq{oneBit{c.Epsilon}}, nil
 }
 
 func (ldpq) Name() string       { return "ldpq" }
 func (ldpq) Coupling() Coupling { return Independent }
 func (ldpq) Alone() float64     { return 0 }
-func (ldpq) Bits(n int) int     { return n }
 
 func (m ldpq) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error) {
 	b, err := newBinq(m.eps, rg)
@@ -46,25 +42,6 @@ func (m ldpq) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error) 
 		return dst, errNoPrivate("ldpq")
 	}
 	return b.encode32(dst, w, s.Private.Fill32, func() uint32 { return uint32(s.Private.Uint64()) })
-}
-
-func (m ldpq) NewSum(n int, rg Range) (Sum, error) { return newBinarySum(m.eps, n, rg) }
-
-func (m ldpq) Variance(w float64, rg Range) float64 {
-	b, err := newBinq(m.eps, rg)
-	if err != nil {
-		return math.NaN()
-	}
-	return b.variance(w)
-}
-
-// newBinarySum is the server side of the eps-LDP one-bit mechanisms.
-func newBinarySum(eps float64, n int, rg Range) (Sum, error) {
-	b, err := newBinq(eps, rg)
-	if err != nil {
-		return nil, err
-	}
-	return newBitSum(n, b.c-b.out, b.c+b.out)
 }
 
 func errNoPrivate(name string) error {
