@@ -175,3 +175,38 @@ func TestValidationHeldOut(t *testing.T) {
 		t.Error("validation with the natural partition accepted")
 	}
 }
+
+// TestResume: a run interrupted after round 2 and resumed from its
+// directory ends with the same metrics as an uninterrupted one.
+func TestResume(t *testing.T) {
+	c := quick(t)
+	c.Mechanism, c.ClientsPerRound, c.Dropout = "corbin", 12, 0.1
+	want, err := Run(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Out = t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err = Run(ctx, c, func(r report.Round) {
+		if r.Round == 2 {
+			cancel()
+		}
+	})
+	if err == nil {
+		t.Fatal("the interrupted run did not stop")
+	}
+	got, err := Resume(context.Background(), c.Out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.FinalAccuracy != want.FinalAccuracy || got.Rounds != want.Rounds || got.UplinkBitsTotal != want.UplinkBitsTotal || got.EpsilonSpent != want.EpsilonSpent {
+		t.Errorf("resumed %+v, uninterrupted %+v", got, want)
+	}
+	run, err := report.ReadRun(c.Out)
+	if err != nil || len(run.Rounds) != 4 {
+		t.Fatalf("metrics after resuming: %v, %d rounds", err, len(run.Rounds))
+	}
+	if _, err := Resume(context.Background(), t.TempDir(), nil); err == nil {
+		t.Error("resuming a directory without a run accepted")
+	}
+}

@@ -13,10 +13,31 @@ import (
 	"github.com/fedpq/fedpq/report"
 )
 
+// CheckpointFile is the engine's state after the last completed round,
+// kept in the run directory so that an interrupted run can be resumed.
+const CheckpointFile = "checkpoint.gob"
+
 // Run builds the experiment c, runs it, and records it in c.Dir():
-// config.yaml (c as resolved), metrics.jsonl, summary.json and the accuracy
-// plots. progress, if not nil, sees every round as it ends.
+// config.yaml (c as resolved), metrics.jsonl, summary.json, the accuracy
+// plots, and after every round a checkpoint. progress, if not nil, sees
+// every round as it ends.
 func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Summary, error) {
+	return run(ctx, c, false, progress)
+}
+
+// Resume continues the run recorded in dir from its checkpoint, with the
+// configuration in its config.yaml: it ends exactly as the run would have
+// without the interruption.
+func Resume(ctx context.Context, dir string, progress func(report.Round)) (*report.Summary, error) {
+	c := Default()
+	if err := Load(filepath.Join(dir, "config.yaml"), &c); err != nil {
+		return nil, err
+	}
+	c.Out = dir
+	return run(ctx, c, true, progress)
+}
+
+func run(ctx context.Context, c Config, resume bool, progress func(report.Round)) (*report.Summary, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -68,6 +89,12 @@ func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Su
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), y, 0o644); err != nil {
 		return nil, err
 	}
+	var past []report.Round
+	if resume {
+		if past, err = restore(eng, dir); err != nil {
+			return nil, err
+		}
+	}
 	w, err := report.Create(dir)
 	if err != nil {
 		return nil, err
@@ -76,7 +103,7 @@ func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Su
 		Name: c.Name, Mechanism: c.Mechanism, Dataset: c.Dataset, Model: c.Model,
 		Seed: c.Seed, BestAccuracy: -1,
 	}
-	err = eng.Run(ctx, func(r report.Round) error {
+	record := func(r report.Round) error {
 		s.Rounds = r.Round
 		s.UplinkBitsTotal += r.UplinkBits
 		s.UplinkBitsPerParam = r.UplinkBitsPerParam
@@ -88,10 +115,21 @@ func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Su
 				s.BestAccuracy, s.BestRound = *r.Accuracy, r.Round
 			}
 		}
+		return w.Round(r)
+	}
+	for _, r := range past {
+		if err := record(r); err != nil {
+			return nil, err
+		}
+	}
+	err = eng.Run(ctx, func(r report.Round) error {
+		if err := record(r); err != nil {
+			return err
+		}
 		if progress != nil {
 			progress(r)
 		}
-		return w.Round(r)
+		return fl.SaveState(filepath.Join(dir, CheckpointFile), eng.State())
 	})
 	if cerr := w.Close(*s); err == nil {
 		err = cerr
@@ -100,6 +138,33 @@ func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Su
 		return s, err
 	}
 	return s, nil
+}
+
+// restore puts eng in the state of dir's checkpoint and returns the rounds
+// metrics.jsonl recorded up to it (later ones, if the run died between the
+// two writes, are dropped: they will be run again, identically).
+func restore(eng *fl.Engine, dir string) ([]report.Round, error) {
+	st, err := fl.LoadState(filepath.Join(dir, CheckpointFile))
+	if err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
+	}
+	if err := eng.Restore(st); err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
+	}
+	prev, err := report.ReadRun(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
+	}
+	var past []report.Round
+	for _, r := range prev.Rounds {
+		if r.Round <= st.Round {
+			past = append(past, r)
+		}
+	}
+	if len(past) != st.Round {
+		return nil, fmt.Errorf("resume: %s has %d rounds up to the checkpoint's round %d", report.MetricsFile, len(past), st.Round)
+	}
+	return past, nil
 }
 
 // partition gives each client its examples, after holding out the

@@ -109,8 +109,13 @@ type Engine struct {
 	bestAcc float64
 	since   int   // evaluations since the best
 	joined  []int // rounds each client took part in
+	done    int   // rounds completed
 	start   time.Time
+	before  time.Duration // wall time of the run before it was restored
 }
+
+// elapsed is the run's wall time so far, across restarts.
+func (e *Engine) elapsed() float64 { return (e.before + time.Since(e.start)).Seconds() }
 
 // New prepares a run: it validates the configuration and draws the initial
 // global model from the seed.
@@ -159,14 +164,16 @@ func size(shape []int) int {
 // Global is the current global model.
 func (e *Engine) Global() [][]float32 { return e.global }
 
-// Run trains for cfg.Rounds rounds, calling observe after each.
+// Run trains the rounds left of cfg.Rounds (all of them, unless the engine
+// was restored), calling observe after each.
 func (e *Engine) Run(ctx context.Context, observe func(report.Round) error) error {
 	e.start = time.Now()
-	for t := 1; t <= e.cfg.Rounds; t++ {
+	for t := e.done + 1; t <= e.cfg.Rounds; t++ {
 		r, err := e.round(ctx, t)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", t, err)
 		}
+		e.done = t
 		if observe != nil {
 			if err := observe(r); err != nil {
 				return err
@@ -293,7 +300,7 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 			return r, err
 		}
 	}
-	r.Seconds = time.Since(e.start).Seconds()
+	r.Seconds = e.elapsed()
 	return r, nil
 }
 

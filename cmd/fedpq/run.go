@@ -29,7 +29,8 @@ mechanism, and the server aggregates the messages as they arrive into the new
 global model. Every setting is a flag or a key of the YAML file given with
 --config (flags win); the resolved configuration is written to the run
 directory with metrics.jsonl (one line per round), summary.json and
-accuracy.png/.svg. The same seed gives the same numbers.
+accuracy.png/.svg, and after every round a checkpoint, from which --resume
+continues an interrupted run. The same seed gives the same numbers.
 
 The default is a quick start that needs no files: Synthetic(1,1) (FedProx),
 30 clients, logistic regression, updates clipped to ±0.05 and sent through
@@ -81,6 +82,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	c := experiment.Default()
 	configPath := fs.String("config", "", "YAML file of settings (flags override it)")
 	format := fs.String("format", "text", "output: text or json (the summary)")
+	resume := fs.String("resume", "", "continue the interrupted run in this directory from its checkpoint (its config.yaml; other settings are ignored)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	// The YAML file is read before the other flags are defined, so that it
 	// sets their defaults and flags given on the command line win.
@@ -101,8 +103,17 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("--format %q: want text or json", *format)
 	}
+	run := func(p func(report.Round)) (*report.Summary, error) { return experiment.Run(ctx, c, p) }
+	if *resume != "" {
+		c = experiment.Default()
+		if err := experiment.Load(filepath.Join(*resume, "config.yaml"), &c); err != nil {
+			return err
+		}
+		c.Out = *resume
+		run = func(p func(report.Round)) (*report.Summary, error) { return experiment.Resume(ctx, *resume, p) }
+	}
 	progress, done := runProgress(c, stderr, *quiet)
-	s, err := experiment.Run(ctx, c, progress)
+	s, err := run(progress)
 	done()
 	if err != nil {
 		return err
