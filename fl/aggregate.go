@@ -1,6 +1,8 @@
 package fl
 
 import (
+	"fmt"
+
 	"github.com/fedpq/fedpq/mech"
 )
 
@@ -48,8 +50,18 @@ func (e *Engine) newAggregate(ranges []mech.Range, sel []int) (*aggregate, error
 	return a, nil
 }
 
-// add decodes one upload into the aggregate.
+// add decodes one upload into the aggregate. Every tensor's length is
+// checked before any is added, so a truncated or oversized upload is
+// refused whole rather than half counted.
 func (a *aggregate) add(u upload, slot mech.Slot) error {
+	if len(u.payloads) != len(a.sizes) {
+		return fmt.Errorf("upload has %d tensors, the model %d", len(u.payloads), len(a.sizes))
+	}
+	for i, p := range u.payloads {
+		if want := (a.m.Bits(a.sizes[i]) + 7) / 8; len(p) != want {
+			return fmt.Errorf("tensor %d: payload of %d bytes, want %d", i, len(p), want)
+		}
+	}
 	if !a.weighted {
 		for i, p := range u.payloads {
 			if err := a.sums[i].Add(p, slot); err != nil {

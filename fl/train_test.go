@@ -369,3 +369,28 @@ func TestResume(t *testing.T) {
 		t.Error("checkpoint of another client count accepted")
 	}
 }
+
+// TestUploadRefusedWhole: an upload with one truncated tensor is refused
+// before any tensor is counted.
+func TestUploadRefusedWhole(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Mechanism = "ldpq"
+	e, err := New(cfg, fakeTask(2, 70, func(int) int { return 1 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges, _ := e.ranges()
+	a, err := e.newAggregate(ranges, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.add(upload{payloads: [][]byte{make([]byte, 8)}}, mech.Slot{}); err == nil || a.count() != 0 {
+		t.Errorf("truncated upload: %v, count %d", err, a.count())
+	}
+	if err := a.add(upload{payloads: [][]byte{make([]byte, 9)}}, mech.Slot{}); err != nil || a.count() != 1 {
+		t.Errorf("valid upload: %v, count %d", err, a.count())
+	}
+	if err := a.add(upload{}, mech.Slot{}); err == nil {
+		t.Error("upload without tensors accepted")
+	}
+}
