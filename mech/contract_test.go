@@ -46,3 +46,22 @@ func TestContract(t *testing.T) {
 		}
 	}
 }
+
+// TestHugeRange: a range whose ends overflow is refused by every mechanism,
+// at encoding and at decoding, instead of decoding to Inf or NaN.
+func TestHugeRange(t *testing.T) {
+	for _, rg := range []Range{{Center: 0, Radius: 1e308}, {Center: 1.7e308, Radius: 1e308}} {
+		for _, bc := range benchCases() {
+			m, _ := New(bc.name, bc.c)
+			if bc.name == "none" {
+				continue // none ignores the range
+			}
+			if _, err := m.Encode(nil, []float32{0}, rg, bc.slot(m)); err == nil {
+				t.Errorf("%v: range %v accepted by Encode", bc, rg)
+			}
+			if _, err := m.NewSum(1, rg); err == nil {
+				t.Errorf("%v: range %v accepted by NewSum", bc, rg)
+			}
+		}
+	}
+}

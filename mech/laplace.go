@@ -11,7 +11,7 @@ import (
 func init() {
 	Register(Info{
 		Name:    "laplace",
-		Summary: "Laplace baseline: eps-LDP per parameter, scale 2r/eps, exact discrete Laplace on a grid, float32/param",
+		Summary: "Laplace baseline: eps-LDP per parameter (up to a delta below e^-(2^30) from the sampler's truncation), scale 2r/eps, exact discrete Laplace on a grid, float32/param",
 		LDP:     true,
 		New:     newLaplace,
 	})
@@ -31,7 +31,9 @@ func init() {
 // one grid step (t = ceil(b/g)), a relative 2^-30/eps + 2^-31.
 //
 // Guarantee: every parameter is eps-LDP against the server and any
-// eavesdropper, exactly. The float32 conversion and the addition of the
+// eavesdropper, exactly for the discrete Laplace; the sampler conditions on
+// |K| < 2^30 t, which adds a delta below e^-(2^30) (the output's support
+// then depends on the input). The float32 conversion and the addition of the
 // public c act on the exact grid value c + y alone, so they are
 // post-processing; the noise never exists as a floating-point sample, so
 // the attack of Mironov (2012) does not apply.

@@ -33,6 +33,11 @@ func (r Range) Validate() error {
 	if !(r.Radius > 0) || math.IsInf(r.Radius, 0) {
 		return fmt.Errorf("mech: range radius %v must be positive and finite", r.Radius)
 	}
+	// Mechanisms compute c±r and 2r; a range whose ends overflow would
+	// decode to Inf or NaN instead of failing here.
+	if math.IsInf(2*r.Radius, 0) || math.IsInf(r.Center-r.Radius, 0) || math.IsInf(r.Center+r.Radius, 0) {
+		return fmt.Errorf("mech: range %v±%v overflows float64", r.Center, r.Radius)
+	}
 	return nil
 }
 
