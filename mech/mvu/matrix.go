@@ -188,12 +188,44 @@ func expLower(x float64) *big.Float {
 
 // Solve computes the MVU design for p: the real-valued optimum (see
 // solveDesign) for budget eps - margin, rounded to integer probabilities
-// that are exactly eps-LDP, then verified.
+// that are exactly eps-LDP, then verified. A design for a smaller budget is
+// eps-LDP too; at large eps the LP is badly scaled (e^eps near 1e8) and its
+// optimum can be poor or not found, so there the designs for budgets 16, 12
+// and 8 are solved as well and the one of least MSE is kept.
 func Solve(p Params) (*Matrix, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	d, err := solveDesign(p, p.Epsilon-margin)
+	budgets := []float64{p.Epsilon - margin}
+	for _, b := range []float64{16, 12, 8} {
+		if b < p.Epsilon-margin {
+			budgets = append(budgets, b)
+		}
+	}
+	var best *Matrix
+	var firstErr error
+	for _, b := range budgets {
+		m, err := solveAt(p, b)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if best == nil || m.MSE() < best.MSE() {
+			best = m
+		}
+	}
+	if best == nil {
+		return nil, firstErr
+	}
+	return best, nil
+}
+
+// solveAt solves the real design for budget b <= eps and rounds it into
+// integer counts that are eps-LDP for p's eps.
+func solveAt(p Params, b float64) (*Matrix, error) {
+	d, err := solveDesign(p, b)
 	if err != nil {
 		return nil, err
 	}

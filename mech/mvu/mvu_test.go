@@ -306,3 +306,24 @@ func BenchmarkSolve(b *testing.B) {
 		})
 	}
 }
+
+// TestLargeEpsilon: at large eps, where the LP is badly scaled, Solve still
+// finds a design, and more budget gives no worse a design, to within the 5%
+// that rounding the eps-16 design into eps-20 boxes can cost (review found
+// (2,3,20) failing and (3,3,20) 60x worse than (3,3,16)).
+func TestLargeEpsilon(t *testing.T) {
+	if _, err := Solve(Params{InputBits: 2, BudgetBits: 3, Epsilon: 20}); err != nil {
+		t.Errorf("(2,3,20): %v", err)
+	}
+	m16, err := Solve(Params{InputBits: 3, BudgetBits: 3, Epsilon: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m20, err := Solve(Params{InputBits: 3, BudgetBits: 3, Epsilon: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m20.MSE() > m16.MSE()*1.05 {
+		t.Errorf("(3,3): MSE %.3g at eps 20, %.3g at eps 16", m20.MSE(), m16.MSE())
+	}
+}
