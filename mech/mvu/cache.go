@@ -11,7 +11,7 @@ import (
 
 // formatVersion names the cache file layout and solver; bump it when either
 // changes so that old files are re-solved rather than reused.
-const formatVersion = 1
+const formatVersion = 2
 
 // FileName is the cache file of p under a cache directory.
 func FileName(p Params) string {
