@@ -294,7 +294,7 @@ func checkJopeq(w []float32, rg Range, s Slot) error {
 // coordinate over the cover, computed exactly). The client adds the
 // lattice noise z1*e1 + z2*e2 + z3*e3, where e1, e2, e3 are the lattice
 // vectors at 0, 120 and 240 degrees and z1, z2, z3 are independent
-// indexNoise of scale H/(2 eps), projects the result onto the ball of M
+// indexNoise of scale H/eps, projects the result onto the ball of M
 // hops (lattice.Project, the largest ball with at most 4^Rate points) and
 // sends its index.
 //
@@ -302,9 +302,12 @@ func checkJopeq(w []float32, rg Range, s Slot) error {
 // Z^3 onto the lattice, and a shift of the lattice by v is the image of a
 // shift of Z^3 by any lift of v; the shortest lift in the l1 norm has
 // hops(v) <= H steps, since +-e1, +-e2, +-e3 are the six neighbours. So the
-// noisy point is (H/Scale)-DP for every dither, H/Scale <= 2 eps, and the
-// projection is post-processing: 2 eps for the pair, the same as two
-// scalar eps-LDP releases, i.e. eps per parameter in the ledger.
+// noisy point is (H/Scale)-DP for every dither, H/Scale <= eps, and the
+// projection is post-processing: the pair as a whole is eps-LDP, hence so
+// is each of its parameters, and so is a lone last parameter (paired with
+// the center). A scale of H/(2 eps), giving 2 eps per pair, is not enough:
+// changing one coordinate can move the point nearly H hops, so a single
+// parameter could cost up to 2 eps (found in review).
 //
 // Output: c + r(p - d), p the (projected) point. Without the projection
 // it is unbiased with per-coordinate variance r^2 Delta^2 (1.5 Var Z +
@@ -324,7 +327,14 @@ type jopeqHex struct {
 	noise  indexNoise
 }
 
+// maxHexRate bounds jopeq's hexagonal rate: the design search costs about
+// 8 times more per bit (7 s at rate 9 on this project's machine).
+const maxHexRate = 8
+
 func newJopeqHex(eps float64, rate int) (*jopeqHex, error) {
+	if rate > maxHexRate {
+		return nil, fmt.Errorf("mech: jopeq: hexagonal rate %d above %d is not supported (its design search grows about 8x per bit)", rate, maxHexRate)
+	}
 	radius := lattice.BallRadius(1 << (2 * rate))
 	ball, err := lattice.HexBall(radius)
 	if err != nil {
@@ -342,7 +352,7 @@ func newJopeqHex(eps float64, rate int) (*jopeqHex, error) {
 			return nil, fmt.Errorf("mech: jopeq: %w", err)
 		}
 		m := &jopeqHex{eps: eps, rate: rate, radius: radius, ball: ball, hex: lattice.Hex{Step: step}, cover: cover, sens: coverSpan(cover)}
-		if m.noise, err = newIndexNoise(float64(m.sens) / (2 * eps)); err != nil {
+		if m.noise, err = newIndexNoise(float64(m.sens) / eps); err != nil {
 			if best == nil {
 				return nil, fmt.Errorf("mech: jopeq: epsilon %v: %w", eps, err)
 			}
@@ -420,7 +430,7 @@ func (m *jopeqHex) Alone() float64     { return 0 }
 func (m *jopeqHex) Bits(n int) int     { return 8 * wire.PackedLen(latticeFields(n, 2), 2*m.rate) }
 
 // Epsilon is the exact per-parameter privacy loss, H/(2 Scale) <= eps.
-func (m *jopeqHex) Epsilon() float64 { return m.noise.epsilon(m.sens) / 2 }
+func (m *jopeqHex) Epsilon() float64 { return m.noise.epsilon(m.sens) }
 
 // point returns the projected noisy point for SDQ's point (i, j).
 func (m *jopeqHex) point(i, j int64, src corr.Source) (int64, int64) {
