@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -208,5 +209,21 @@ func TestResume(t *testing.T) {
 	}
 	if _, err := Resume(context.Background(), t.TempDir(), nil); err == nil {
 		t.Error("resuming a directory without a run accepted")
+	}
+}
+
+// TestQuickstartAsDocumented: the README and docs/training.md quote the
+// quick start's final accuracies; the same seed must give them exactly.
+func TestQuickstartAsDocumented(t *testing.T) {
+	for mechanism, want := range map[string]float64{"corbin": 0.7646, "ldpq": 0.7276, "none": 0.7883} {
+		c := Default()
+		c.Mechanism, c.Out = mechanism, t.TempDir()
+		s, err := Run(context.Background(), c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(s.FinalAccuracy-want) > 5e-5 {
+			t.Errorf("quick start with %s: final accuracy %.4f, the docs say %.4f", mechanism, s.FinalAccuracy, want)
+		}
 	}
 }

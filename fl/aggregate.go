@@ -17,6 +17,7 @@ type aggregate struct {
 	sums     []mech.Sum // equal weights
 	weighted bool
 	acc      [][]float64 // weighted: sum of weight * decoded upload
+	dec      [][]float64 // weighted: one upload decoded, reused
 	total    float64     // weighted: sum of weights
 	n        int
 }
@@ -37,6 +38,7 @@ func (e *Engine) newAggregate(ranges []mech.Range, sel []int) (*aggregate, error
 	if a.weighted {
 		for _, n := range a.sizes {
 			a.acc = append(a.acc, make([]float64, n))
+			a.dec = append(a.dec, make([]float64, n))
 		}
 		return a, nil
 	}
@@ -80,11 +82,10 @@ func (a *aggregate) add(u upload, slot mech.Slot) error {
 		if err := s.Add(p, slot); err != nil {
 			return err
 		}
-		dec := make([]float64, a.sizes[i])
-		if err := s.Mean(dec); err != nil {
+		if err := s.Mean(a.dec[i]); err != nil {
 			return err
 		}
-		for j, v := range dec {
+		for j, v := range a.dec[i] {
 			a.acc[i][j] += w * v
 		}
 	}

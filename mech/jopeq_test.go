@@ -240,8 +240,7 @@ func TestJoPEQCompatSecondMoments(t *testing.T) {
 		if dim == 2 {
 			h := m.(*compatHex)
 			want = h.sigma2 * h.nu / (h.nu - 2)
-			scale *= math.Sqrt2 // s = 3 sqrt(sum of squares / pairs)
-			got /= 2
+			got /= 2 // s = 3 sqrt(sum of squares / pairs): sqrt2 times the scale above
 		}
 		if math.Abs(got/want-1) > 0.1 {
 			t.Errorf("L=%d: normalized error variance %v, want %v", dim, got, want)

@@ -265,5 +265,3 @@ func FuzzMVUSumAdd(f *testing.F) {
 		}
 	})
 }
-
-const mvuBenchN = 1 << 16

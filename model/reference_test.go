@@ -60,7 +60,7 @@ func refCNN2(w [][]float32, img []float32) []float64 {
 	a, h, wd := conv(in, 1, 28, 28, w[0], w[1], 6)
 	a, h, wd = pool(a, h, wd)
 	a, h, wd = conv(a, 6, h, wd, w[2], w[3], 6)
-	a, h, wd = pool(a, h, wd)
+	a, _, _ = pool(a, h, wd)
 	var flat []float64
 	for c := range a {
 		flat = append(flat, a[c]...)
