@@ -29,7 +29,7 @@ func (e *Engine) newAggregate(ranges []mech.Range, sel []int) (*aggregate, error
 	}
 	if e.cfg.Weighting == "examples" {
 		for _, k := range sel {
-			if len(e.task.Clients[k]) != len(e.task.Clients[sel[0]]) {
+			if e.examples[k] != e.examples[sel[0]] {
 				a.weighted = true
 				break
 			}
@@ -55,37 +55,55 @@ func (e *Engine) newAggregate(ranges []mech.Range, sel []int) (*aggregate, error
 // add decodes one upload into the aggregate. Every tensor's length is
 // checked before any is added, so a truncated or oversized upload is
 // refused whole rather than half counted.
-func (a *aggregate) add(u upload, slot mech.Slot) error {
-	if len(u.payloads) != len(a.sizes) {
-		return fmt.Errorf("upload has %d tensors, the model %d", len(u.payloads), len(a.sizes))
+func (a *aggregate) add(u Upload, slot mech.Slot) error {
+	if len(u.Payloads) != len(a.sizes) {
+		return fmt.Errorf("upload has %d tensors, the model %d", len(u.Payloads), len(a.sizes))
 	}
-	for i, p := range u.payloads {
+	for i, p := range u.Payloads {
 		if want := (a.m.Bits(a.sizes[i]) + 7) / 8; len(p) != want {
 			return fmt.Errorf("tensor %d: payload of %d bytes, want %d", i, len(p), want)
 		}
 	}
 	if !a.weighted {
-		for i, p := range u.payloads {
-			if err := a.sums[i].Add(p, slot); err != nil {
+		// A Sum refuses a bad payload whole; so that the upload is refused
+		// whole too, every tensor but the last is first decoded on its own,
+		// and the last, which can still fail, is added first.
+		last := len(u.Payloads) - 1
+		for i, p := range u.Payloads[:last] {
+			s, err := a.m.NewSum(a.sizes[i], a.ranges[i])
+			if err != nil {
 				return err
+			}
+			if err := s.Add(p, slot); err != nil {
+				return fmt.Errorf("tensor %d: %w", i, err)
+			}
+		}
+		if err := a.sums[last].Add(u.Payloads[last], slot); err != nil {
+			return fmt.Errorf("tensor %d: %w", last, err)
+		}
+		for i, p := range u.Payloads[:last] {
+			if err := a.sums[i].Add(p, slot); err != nil {
+				return fmt.Errorf("tensor %d: %w", i, err) // unreachable: checked above
 			}
 		}
 		a.n++
 		return nil
 	}
-	w := float64(u.examples)
-	for i, p := range u.payloads {
+	w := float64(u.Examples)
+	for i, p := range u.Payloads {
 		s, err := a.m.NewSum(a.sizes[i], a.ranges[i])
 		if err != nil {
 			return err
 		}
 		if err := s.Add(p, slot); err != nil {
-			return err
+			return fmt.Errorf("tensor %d: %w", i, err)
 		}
 		if err := s.Mean(a.dec[i]); err != nil {
 			return err
 		}
-		for j, v := range a.dec[i] {
+	}
+	for i, d := range a.dec { // added only once every tensor decoded
+		for j, v := range d {
 			a.acc[i][j] += w * v
 		}
 	}

@@ -54,6 +54,7 @@ func (e *Engine) Restore(s State) error {
 	}
 	e.done, e.global, e.prevUpd, e.best = s.Round, s.Global, s.PrevUpd, s.Best
 	e.bestAcc, e.since, e.joined, e.before = s.BestAcc, s.Since, s.Joined, time.Duration(s.Seconds*float64(time.Second))
+	e.start = time.Now()
 	return nil
 }
 

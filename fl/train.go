@@ -63,6 +63,9 @@ type Task struct {
 	Trainers []Trainer
 	Data     *data.Federated
 	Clients  [][]int // client k's examples in Data.Train
+	// Remote is the number of clients of a server, whose clients hold
+	// their own data and Enroll; Clients is then nil.
+	Remote int
 	// Validation is examples of Data.Train that no client holds, on which
 	// patience selects the model; nil: patience looks at the test set.
 	Validation []int
@@ -96,22 +99,23 @@ func (c *Config) validate(clients int) error {
 // model and the privacy each client has spent) is all it keeps between
 // rounds; clients' models exist only while they are trained and encoded.
 type Engine struct {
-	cfg     Config
-	task    Task
-	m       mech.Mechanism
-	ldp     bool
-	secret  []byte
-	specs   []model.TensorSpec
-	params  int
-	global  [][]float32
-	prevUpd [][]float32 // updates mode: the last estimated update, for ranges
-	best    [][]float32
-	bestAcc float64
-	since   int   // evaluations since the best
-	joined  []int // rounds each client took part in
-	done    int   // rounds completed
-	start   time.Time
-	before  time.Duration // wall time of the run before it was restored
+	cfg      Config
+	task     Task
+	m        mech.Mechanism
+	ldp      bool
+	secret   []byte
+	specs    []model.TensorSpec
+	params   int
+	global   [][]float32
+	prevUpd  [][]float32 // updates mode: the last estimated update, for ranges
+	best     [][]float32
+	bestAcc  float64
+	since    int   // evaluations since the best
+	joined   []int // rounds each client took part in
+	examples []int // each client's number of examples
+	done     int   // rounds completed
+	start    time.Time
+	before   time.Duration // wall time of the run before it was restored
 }
 
 // elapsed is the run's wall time so far, across restarts.
@@ -120,16 +124,22 @@ func (e *Engine) elapsed() float64 { return (e.before + time.Since(e.start)).Sec
 // New prepares a run: it validates the configuration and draws the initial
 // global model from the seed.
 func New(cfg Config, task Task) (*Engine, error) {
-	if err := cfg.validate(len(task.Clients)); err != nil {
+	n := len(task.Clients)
+	if task.Clients == nil {
+		n = task.Remote
+	}
+	if err := cfg.validate(n); err != nil {
 		return nil, err
 	}
 	if len(task.Trainers) == 0 {
 		return nil, errors.New("fl: no trainer")
 	}
+	examples := make([]int, n)
 	for k, idx := range task.Clients {
 		if len(idx) == 0 {
 			return nil, fmt.Errorf("fl: client %d has no examples", k)
 		}
+		examples[k] = len(idx)
 	}
 	m, err := mech.New(cfg.Mechanism, cfg.Mech)
 	if err != nil {
@@ -141,11 +151,13 @@ func New(cfg Config, task Task) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, task: task, m: m, ldp: info.LDP,
-		secret:  corr.SeedSecret(cfg.Seed),
-		specs:   task.Model.Tensors(),
-		global:  task.Model.Init(cfg.Seed),
-		joined:  make([]int, len(task.Clients)),
-		bestAcc: math.Inf(-1),
+		secret:   corr.SeedSecret(cfg.Seed),
+		specs:    task.Model.Tensors(),
+		global:   task.Model.Init(cfg.Seed),
+		joined:   make([]int, n),
+		bestAcc:  math.Inf(-1),
+		examples: examples,
+		start:    time.Now(),
 	}
 	for _, s := range e.specs {
 		e.params += size(s.Shape)
@@ -167,13 +179,11 @@ func (e *Engine) Global() [][]float32 { return e.global }
 // Run trains the rounds left of cfg.Rounds (all of them, unless the engine
 // was restored), calling observe after each.
 func (e *Engine) Run(ctx context.Context, observe func(report.Round) error) error {
-	e.start = time.Now()
 	for t := e.done + 1; t <= e.cfg.Rounds; t++ {
 		r, err := e.round(ctx, t)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", t, err)
 		}
-		e.done = t
 		if observe != nil {
 			if err := observe(r); err != nil {
 				return err
@@ -183,28 +193,31 @@ func (e *Engine) Run(ctx context.Context, observe func(report.Round) error) erro
 	return nil
 }
 
-// upload is one client's messages for a round.
+// Done is the number of rounds completed.
+func (e *Engine) Done() int { return e.done }
+
+// Rounds is the number of rounds the run has in all.
+func (e *Engine) Rounds() int { return e.cfg.Rounds }
+
+// Mechanism is the run's mechanism.
+func (e *Engine) Mechanism() mech.Mechanism { return e.m }
+
+// upload is one simulated client's upload for a round.
 type upload struct {
-	pos      int // the client's position in the round
-	payloads [][]byte
-	examples int
-	loss     float64
-	err      error
+	pos int // the client's position in the round
+	Upload
+	err error
 }
 
-// round runs round t.
+// round runs round t: every sampled client that does not drop out trains
+// and uploads, in parallel over the workers.
 func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
-	sel := e.sample(t)
+	p, err := e.Begin(t, nil)
+	if err != nil {
+		return report.Round{}, err
+	}
+	sel := p.Clients
 	dropped := e.dropouts(t, len(sel))
-	rd := NewRound(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer)
-	ranges, err := e.ranges()
-	if err != nil {
-		return report.Round{}, err
-	}
-	agg, err := e.newAggregate(ranges, sel)
-	if err != nil {
-		return report.Round{}, err
-	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -216,7 +229,7 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 		go func(tr Trainer) {
 			defer wg.Done()
 			for pos := range jobs {
-				u := e.client(ctx, tr, rd, ranges, t, pos, sel[pos])
+				u := e.client(ctx, tr, p, pos)
 				select {
 				case out <- u:
 				case <-ctx.Done():
@@ -245,7 +258,6 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 	pending := map[int]upload{}
 	next := 0
 	var firstErr error
-	var trainLoss float64
 	for u := range out {
 		pending[u.pos] = u
 		for ; next < len(sel); next++ {
@@ -261,15 +273,12 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 				continue
 			}
 			if u.err == nil {
-				u.err = agg.add(u, rd.ServerSlot(u.pos))
+				u.err = p.Add(u.pos, u.Upload)
 			}
 			if u.err != nil {
 				firstErr = fmt.Errorf("client %d: %w", sel[u.pos], u.err)
 				cancel()
-				continue
 			}
-			trainLoss += u.loss
-			e.joined[sel[u.pos]]++
 		}
 	}
 	if firstErr != nil {
@@ -278,47 +287,23 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 	if err := ctx.Err(); err != nil {
 		return report.Round{}, err
 	}
-	received := agg.count()
-	r := report.Round{Round: t, Clients: received, Dropped: len(sel) - received}
-	if received > 0 {
-		est, err := agg.mean()
-		if err != nil {
-			return r, err
-		}
-		e.update(est)
-		r.TrainLoss = trainLoss / float64(received)
-		r.UplinkBits = int64(received) * int64(e.bits())
-		r.UplinkBitsPerParam = float64(e.bits()) / float64(e.params)
-	}
-	r.SetupBytes = int64(rd.Pairs() * SetupBytes(e.m, e.params, e.cfg.Transfer))
-	if e.ldp {
-		r.Epsilon = e.cfg.Mech.Epsilon
-		r.EpsilonSpent = e.spent()
-	}
-	if t%e.cfg.EvalEvery == 0 || t == e.cfg.Rounds {
-		if err := e.evaluate(&r); err != nil {
-			return r, err
-		}
-	}
-	r.Seconds = e.elapsed()
-	return r, nil
+	return e.End(p)
 }
 
-// sample draws round t's clients: a uniformly random subset of
-// ClientsPerRound, in increasing order.
-func (e *Engine) sample(t int) []int {
-	n := len(e.task.Clients)
+// sample draws round t's clients from those online: a uniformly random
+// subset of ClientsPerRound, in increasing order.
+func (e *Engine) sample(t int, online []int) []int {
 	k := e.cfg.ClientsPerRound
-	perm := make([]int, n)
-	if k <= 0 || k >= n {
-		for i := range perm {
-			perm[i] = i
-		}
-		return perm
+	if k <= 0 || k >= len(online) {
+		return append([]int(nil), online...)
 	}
+	perm := make([]int, len(online))
 	corr.Shuffle(corr.Derive(e.secret, "sample", uint64(t)), perm)
 	sel := perm[:k]
 	sort.Ints(sel)
+	for i, j := range sel {
+		sel[i] = online[j]
+	}
 	return sel
 }
 
@@ -337,37 +322,25 @@ func (e *Engine) dropouts(t, n int) []bool {
 	return d
 }
 
-// client trains client k (position pos in round t) from the global model
-// and encodes its weights or update, tensor by tensor.
-func (e *Engine) client(ctx context.Context, tr Trainer, rd *Round, ranges []mech.Range, t, pos, k int) upload {
-	u := upload{pos: pos, examples: len(e.task.Clients[k])}
+// client trains the client at position pos of round p from the global
+// model and encodes its weights or update, tensor by tensor.
+func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) upload {
+	k := p.Clients[pos]
+	u := upload{pos: pos, Upload: Upload{Examples: len(e.task.Clients[k])}}
 	train := e.task.Data.Train
-	local, loss, err := tr.Train(ctx, e.global, train.X, train.Y, e.task.Clients[k],
-		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", t, k)})
+	local, loss, err := tr.Train(ctx, p.Global, train.X, train.Y, e.task.Clients[k],
+		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k)})
 	if err != nil {
 		u.err = err
 		return u
 	}
-	u.loss = loss
-	if e.cfg.Perturb == "updates" {
-		for i, w := range local {
-			for j := range w {
-				w[j] -= e.global[i][j]
-			}
-		}
-	}
-	slot, err := rd.ClientSlot(pos, e.params)
+	u.Loss = loss
+	slot, err := p.Round.ClientSlot(pos, e.params)
 	if err != nil {
 		u.err = err
 		return u
 	}
-	u.payloads = make([][]byte, len(local))
-	for i, w := range local {
-		if u.payloads[i], err = e.m.Encode(nil, w, ranges[i], slot); err != nil {
-			u.err = fmt.Errorf("tensor %s: %w", e.specs[i].Name, err)
-			return u
-		}
-	}
+	u.Payloads, u.err = Encode(e.m, e.cfg.Perturb, p.Global, local, p.Ranges, slot)
 	return u
 }
 

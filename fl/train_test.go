@@ -2,7 +2,10 @@ package fl
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/fedpq/fedpq/data"
@@ -371,7 +374,7 @@ func TestResume(t *testing.T) {
 }
 
 // TestUploadRefusedWhole: an upload with one truncated tensor is refused
-// before any tensor is counted.
+// before any tensor is counted, and so is a second upload from a client.
 func TestUploadRefusedWhole(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Mechanism = "ldpq"
@@ -379,18 +382,76 @@ func TestUploadRefusedWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ranges, _ := e.ranges()
-	a, err := e.newAggregate(ranges, []int{0, 1})
+	p, err := e.Begin(1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.add(upload{payloads: [][]byte{make([]byte, 8)}}, mech.Slot{}); err == nil || a.count() != 0 {
-		t.Errorf("truncated upload: %v, count %d", err, a.count())
+	if err := p.Add(0, Upload{Payloads: [][]byte{make([]byte, 8)}, Examples: 1}); err == nil || p.Received() != 0 {
+		t.Errorf("truncated upload: %v, count %d", err, p.Received())
 	}
-	if err := a.add(upload{payloads: [][]byte{make([]byte, 9)}}, mech.Slot{}); err != nil || a.count() != 1 {
-		t.Errorf("valid upload: %v, count %d", err, a.count())
+	if err := p.Add(0, Upload{Payloads: [][]byte{make([]byte, 9)}, Examples: 1}); err != nil || p.Received() != 1 {
+		t.Errorf("valid upload: %v, count %d", err, p.Received())
 	}
-	if err := a.add(upload{}, mech.Slot{}); err == nil {
+	if err := p.Add(0, Upload{Payloads: [][]byte{make([]byte, 9)}, Examples: 1}); err == nil || p.Received() != 1 {
+		t.Errorf("second upload from a client: %v, count %d", err, p.Received())
+	}
+	if err := p.Add(1, Upload{Examples: 1}); err == nil {
 		t.Error("upload without tensors accepted")
+	}
+	if err := p.Add(2, Upload{Payloads: [][]byte{make([]byte, 9)}, Examples: 1}); err == nil {
+		t.Error("upload from a position outside the round accepted")
+	}
+}
+
+// twoTensors is a model of two tensors of two values.
+type twoTensors struct{}
+
+func (twoTensors) Tensors() []model.TensorSpec {
+	return []model.TensorSpec{{Name: "a", Shape: []int{2}}, {Name: "b", Shape: []int{2}}}
+}
+func (twoTensors) Init(uint64) [][]float32 {
+	return [][]float32{make([]float32, 2), make([]float32, 2)}
+}
+
+// TestBadContentRefusedWhole: an upload whose second tensor holds a NaN is
+// refused with its first tensor, weighted or not, and the mean is that of
+// the good uploads.
+func TestBadContentRefusedWhole(t *testing.T) {
+	f32 := func(v ...float32) []byte {
+		var b []byte
+		for _, x := range v {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+		}
+		return b
+	}
+	for _, weighting := range []string{"mean", "examples"} {
+		cfg := baseConfig()
+		cfg.Weighting = weighting
+		task := fakeTask(3, 2, func(k int) int { return 1 + k })
+		task.Model = twoTensors{}
+		e, err := New(cfg, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := e.Begin(1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := Upload{Payloads: [][]byte{f32(100, 100), f32(1, float32(math.NaN()))}, Examples: 1}
+		if err := p.Add(0, bad); err == nil || !strings.Contains(err.Error(), "tensor 1") {
+			t.Errorf("%s: NaN upload: %v", weighting, err)
+		}
+		for pos := 1; pos < 3; pos++ {
+			if err := p.Add(pos, Upload{Payloads: [][]byte{f32(1, 2), f32(3, 4)}, Examples: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := e.End(p); err != nil {
+			t.Fatal(err)
+		}
+		want := [][]float32{{1, 2}, {3, 4}}
+		if g := e.Global(); !reflect.DeepEqual(g, want) {
+			t.Errorf("%s: global %v after a refused upload, want %v", weighting, g, want)
+		}
 	}
 }

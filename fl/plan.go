@@ -1,0 +1,165 @@
+package fl
+
+import (
+	"fmt"
+
+	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/report"
+)
+
+// Plan is one round as the server runs it: what it announces when the
+// round begins, and the streaming aggregate of the uploads it receives.
+// The simulation and the deployed server both run rounds through a Plan;
+// only where the uploads come from differs.
+type Plan struct {
+	T       int
+	Clients []int        // the round's clients by id, increasing: Clients[i] is at position i
+	Ranges  []mech.Range // each tensor's clipping range, public
+	Round   *Round       // the pairing or group order, and the server's slots
+	Global  [][]float32  // the model the clients start from; read only
+	agg     *aggregate
+	got     []bool // positions whose upload was added
+	loss    float64
+}
+
+// Upload is one client's message for a round: a payload per tensor, with
+// the number of examples it trained on (FedAvg's weight) and its training
+// loss.
+type Upload struct {
+	Payloads [][]byte
+	Examples int
+	Loss     float64
+}
+
+// Begin starts round t among the clients online (ids; nil means all):
+// it samples the round's clients from them, draws the pairing or group
+// order and chooses the ranges.
+func (e *Engine) Begin(t int, online []int) (*Plan, error) {
+	if t != e.done+1 {
+		return nil, fmt.Errorf("fl: round %d begun after round %d", t, e.done)
+	}
+	if online == nil {
+		online = make([]int, len(e.examples))
+		for k := range online {
+			online[k] = k
+		}
+	}
+	for _, k := range online {
+		if k < 0 || k >= len(e.examples) || e.examples[k] < 1 {
+			return nil, fmt.Errorf("fl: client %d is not enrolled", k)
+		}
+	}
+	sel := e.sample(t, online)
+	ranges, err := e.ranges()
+	if err != nil {
+		return nil, err
+	}
+	agg, err := e.newAggregate(ranges, sel)
+	if err != nil {
+		return nil, err
+	}
+	return &Plan{
+		T: t, Clients: sel, Ranges: ranges, Global: e.global,
+		Round: NewRound(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer),
+		agg:   agg, got: make([]bool, len(sel)),
+	}, nil
+}
+
+// Add decodes the upload of the client at position pos into the round's
+// aggregate. An upload that is refused (a second one from the same client,
+// a wrong size, a value no honest client sends) leaves the aggregate as it
+// was: the round goes on without it.
+func (p *Plan) Add(pos int, u Upload) error {
+	switch {
+	case pos < 0 || pos >= len(p.got):
+		return fmt.Errorf("position %d is not in round %d", pos, p.T)
+	case p.got[pos]:
+		return fmt.Errorf("a second upload from client %d in round %d", p.Clients[pos], p.T)
+	case u.Examples < 1:
+		return fmt.Errorf("upload trained on %d examples", u.Examples)
+	}
+	if err := p.agg.add(u, p.Round.ServerSlot(pos)); err != nil {
+		return err
+	}
+	p.got[pos] = true
+	p.loss += u.Loss
+	return nil
+}
+
+// Received is the number of uploads added.
+func (p *Plan) Received() int { return p.agg.count() }
+
+// End finishes the round: the global update from the uploads received (the
+// mean divides by their number), the privacy ledger, and the evaluation.
+func (e *Engine) End(p *Plan) (report.Round, error) {
+	received := p.agg.count()
+	r := report.Round{Round: p.T, Clients: received, Dropped: len(p.Clients) - received}
+	if received > 0 {
+		est, err := p.agg.mean()
+		if err != nil {
+			return r, err
+		}
+		e.update(est)
+		r.TrainLoss = p.loss / float64(received)
+		r.UplinkBits = int64(received) * int64(e.bits())
+		r.UplinkBitsPerParam = float64(e.bits()) / float64(e.params)
+	}
+	for pos, ok := range p.got {
+		if ok {
+			e.joined[p.Clients[pos]]++
+		}
+	}
+	r.SetupBytes = int64(p.Round.Pairs() * SetupBytes(e.m, e.params, e.cfg.Transfer))
+	if e.ldp {
+		r.Epsilon = e.cfg.Mech.Epsilon
+		r.EpsilonSpent = e.spent()
+	}
+	if p.T%e.cfg.EvalEvery == 0 || p.T == e.cfg.Rounds {
+		if err := e.evaluate(&r); err != nil {
+			return r, err
+		}
+	}
+	e.done = p.T
+	r.Seconds = e.elapsed()
+	return r, nil
+}
+
+// Enroll records that client k, which holds its own data (a server's
+// client), trains on the given number of examples.
+func (e *Engine) Enroll(k, examples int) error {
+	if k < 0 || k >= len(e.examples) {
+		return fmt.Errorf("fl: client %d: the run has clients 0 to %d", k, len(e.examples)-1)
+	}
+	if examples < 1 {
+		return fmt.Errorf("fl: client %d has no examples", k)
+	}
+	e.examples[k] = examples
+	return nil
+}
+
+// Encode turns a client's trained weights into its upload's payloads: the
+// weights, or in updates mode their difference from the global model, each
+// tensor encoded by the mechanism in its range with the client's slot.
+func Encode(m mech.Mechanism, perturb string, global, local [][]float32, ranges []mech.Range, slot mech.Slot) ([][]byte, error) {
+	if len(local) != len(global) || len(ranges) != len(global) {
+		return nil, fmt.Errorf("fl: %d tensors, %d global and %d ranges", len(local), len(global), len(ranges))
+	}
+	if perturb == "updates" {
+		for i, w := range local {
+			if len(w) != len(global[i]) {
+				return nil, fmt.Errorf("fl: tensor %d has %d values, the model %d", i, len(w), len(global[i]))
+			}
+			for j := range w {
+				w[j] -= global[i][j]
+			}
+		}
+	}
+	payloads := make([][]byte, len(local))
+	for i, w := range local {
+		var err error
+		if payloads[i], err = m.Encode(nil, w, ranges[i], slot); err != nil {
+			return nil, fmt.Errorf("tensor %d: %w", i, err)
+		}
+	}
+	return payloads, nil
+}
