@@ -38,6 +38,61 @@ func Resume(ctx context.Context, dir string, progress func(report.Round)) (*repo
 }
 
 func run(ctx context.Context, c Config, resume bool, progress func(report.Round)) (*report.Summary, error) {
+	su, err := NewSetup(c)
+	if err != nil {
+		return nil, err
+	}
+	workers := c.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	task := fl.Task{Model: su.Model, Data: su.Data, Clients: su.Clients, Validation: su.Validation}
+	for range min(workers, len(su.Clients)) {
+		tr, err := su.Trainer()
+		if err != nil {
+			return nil, err
+		}
+		task.Trainers = append(task.Trainers, tr)
+	}
+	eng, err := fl.New(su.Engine, task)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := NewRecorder(c, eng, resume)
+	if err != nil {
+		return nil, err
+	}
+	err = eng.Run(ctx, func(r report.Round) error {
+		if err := rec.Round(r); err != nil {
+			return err
+		}
+		if progress != nil {
+			progress(r)
+		}
+		return nil
+	})
+	s, cerr := rec.Close()
+	if err == nil {
+		err = cerr
+	}
+	return s, err
+}
+
+// Setup is what a run is built from: its data and partition, its model and
+// the round engine's configuration. The simulation, the server and each
+// deployed client build the same Setup from the same Config.
+type Setup struct {
+	Config     Config
+	Engine     fl.Config
+	Data       *data.Federated
+	Clients    [][]int // client k's examples in Data.Train
+	Validation []int   // held-out examples of Data.Train, or nil
+	Model      *model.Model
+	Optimizer  model.Optimizer
+}
+
+// NewSetup validates c, loads its data and partitions it.
+func NewSetup(c Config) (*Setup, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -61,23 +116,26 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if err != nil {
 		return nil, err
 	}
-	workers := c.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	task := fl.Task{Model: m, Data: fed, Clients: clients, Validation: val}
-	for range min(workers, len(clients)) {
-		tr, err := m.NewTrainer(opt)
-		if err != nil {
-			return nil, err
-		}
-		task.Trainers = append(task.Trainers, tr)
-	}
-	eng, err := fl.New(ec, task)
-	if err != nil {
-		return nil, err
-	}
+	return &Setup{Config: c, Engine: ec, Data: fed, Clients: clients, Validation: val, Model: m, Optimizer: opt}, nil
+}
 
+// Trainer returns a new trainer of the setup's model and optimizer.
+func (s *Setup) Trainer() (*model.Trainer, error) { return s.Model.NewTrainer(s.Optimizer) }
+
+// Recorder keeps a run's record in its directory: config.yaml, the metrics
+// and plots, the summary, and after every round the engine's checkpoint.
+type Recorder struct {
+	c   Config
+	eng *fl.Engine
+	dir string
+	w   *report.Writer
+	s   *report.Summary
+}
+
+// NewRecorder opens c's run directory for eng. With resume, eng is first
+// restored from the directory's checkpoint and the rounds recorded up to it
+// are kept.
+func NewRecorder(c Config, eng *fl.Engine, resume bool) (*Recorder, error) {
 	dir := c.Dir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -99,45 +157,45 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if err != nil {
 		return nil, err
 	}
-	s := &report.Summary{
+	rec := &Recorder{c: c, eng: eng, dir: dir, w: w, s: &report.Summary{
 		Name: c.Name, Mechanism: c.Mechanism, Dataset: c.Dataset, Model: c.Model,
 		Seed: c.Seed, BestAccuracy: -1,
-	}
-	record := func(r report.Round) error {
-		s.Rounds = r.Round
-		s.UplinkBitsTotal += r.UplinkBits
-		s.UplinkBitsPerParam = r.UplinkBitsPerParam
-		s.EpsilonPerRound, s.EpsilonSpent = r.Epsilon, r.EpsilonSpent
-		s.Seconds = r.Seconds
-		if r.Accuracy != nil {
-			s.FinalAccuracy = *r.Accuracy
-			if *r.Accuracy > s.BestAccuracy {
-				s.BestAccuracy, s.BestRound = *r.Accuracy, r.Round
-			}
-		}
-		return w.Round(r)
-	}
+	}}
 	for _, r := range past {
-		if err := record(r); err != nil {
+		if err := rec.add(r); err != nil {
 			return nil, err
 		}
 	}
-	err = eng.Run(ctx, func(r report.Round) error {
-		if err := record(r); err != nil {
-			return err
-		}
-		if progress != nil {
-			progress(r)
-		}
-		return fl.SaveState(filepath.Join(dir, CheckpointFile), eng.State())
-	})
-	if cerr := w.Close(*s); err == nil {
-		err = cerr
+	return rec, nil
+}
+
+// Round records round r and checkpoints the engine after it.
+func (rec *Recorder) Round(r report.Round) error {
+	if err := rec.add(r); err != nil {
+		return err
 	}
-	if err != nil {
-		return s, err
+	return fl.SaveState(filepath.Join(rec.dir, CheckpointFile), rec.eng.State())
+}
+
+func (rec *Recorder) add(r report.Round) error {
+	s := rec.s
+	s.Rounds = r.Round
+	s.UplinkBitsTotal += r.UplinkBits
+	s.UplinkBitsPerParam = r.UplinkBitsPerParam
+	s.EpsilonPerRound, s.EpsilonSpent = r.Epsilon, r.EpsilonSpent
+	s.Seconds = r.Seconds
+	if r.Accuracy != nil {
+		s.FinalAccuracy = *r.Accuracy
+		if *r.Accuracy > s.BestAccuracy {
+			s.BestAccuracy, s.BestRound = *r.Accuracy, r.Round
+		}
 	}
-	return s, nil
+	return rec.w.Round(r)
+}
+
+// Close writes the summary and the plots, and returns the summary.
+func (rec *Recorder) Close() (*report.Summary, error) {
+	return rec.s, rec.w.Close(*rec.s)
 }
 
 // restore puts eng in the state of dir's checkpoint and returns the rounds

@@ -65,25 +65,46 @@ func (r *Round) Pairs() int {
 // all (the sum over its tensors, which sizes the transfer mode's message).
 func (r *Round) ClientSlot(i, n int) (mech.Slot, error) {
 	slot := mech.Slot{Private: corr.Derive(r.secret, "private", r.t, uint64(i))}
-	switch r.m.Coupling() {
-	case mech.Paired:
+	if k, ok := r.SharedKey(i); ok {
+		slot.Shared = corr.NewStream(k)
+	}
+	slot.Index, slot.Size = r.Group(i)
+	if r.m.Coupling() == mech.Paired {
 		if err := r.pair(i, n, &slot); err != nil {
 			return slot, err
 		}
-	case mech.Grouped:
-		slot.Shared = corr.Derive(r.secret, "group-shared", r.t)
-		slot.Index, slot.Size = r.order[i], r.n
-	case mech.Dithered:
-		slot.Shared = corr.Derive(r.secret, "dither", r.t, uint64(i))
 	}
 	return slot, nil
+}
+
+// SharedKey is the key of the stream client i shares with the server: its
+// dither (Dithered) or the group's bits (Grouped); false for mechanisms that
+// share nothing with the server. A deployed server sends it to the client
+// with the round.
+func (r *Round) SharedKey(i int) ([32]byte, bool) {
+	switch r.m.Coupling() {
+	case mech.Grouped:
+		return corr.Key(r.secret, "group-shared", r.t), true
+	case mech.Dithered:
+		return corr.Key(r.secret, "dither", r.t, uint64(i)), true
+	}
+	return [32]byte{}, false
+}
+
+// Group is client i's place in its group (Grouped); 0, 0 otherwise.
+func (r *Round) Group(i int) (index, size int) {
+	if r.order == nil {
+		return 0, 0
+	}
+	return r.order[i], r.n
 }
 
 // ServerSlot is what the server knows of client i's randomness: the dither
 // it shares with Dithered clients, nothing otherwise.
 func (r *Round) ServerSlot(i int) mech.Slot {
 	if r.m.Coupling() == mech.Dithered {
-		return mech.Slot{Shared: corr.Derive(r.secret, "dither", r.t, uint64(i))}
+		k, _ := r.SharedKey(i)
+		return mech.Slot{Shared: corr.NewStream(k)}
 	}
 	return mech.Slot{}
 }
@@ -97,15 +118,20 @@ func SetupBytes(m mech.Mechanism, n int, transfer bool) int {
 	}
 	b := 2 * corr.PublicKeyBytes
 	if transfer {
-		b += transferBytes(m, n) + corr.SealedOverhead
+		b += TransferBytes(m, n) + corr.SealedOverhead
 	}
 	return b
 }
 
-// transferBytes is the size of the shared bits a leader sends for n
-// parameters: whole 64-bit words, as the follower reads them.
-func transferBytes(m mech.Mechanism, n int) int {
-	return 8 * ((m.(mech.SharedBitser).SharedBits(n) + 63) / 64)
+// TransferBytes is the size of the shared bits a leader sends for n
+// parameters in transfer mode: whole 64-bit words, as the follower reads
+// them; 0 if m does not say how many shared bits it uses.
+func TransferBytes(m mech.Mechanism, n int) int {
+	sb, ok := m.(mech.SharedBitser)
+	if !ok {
+		return 0
+	}
+	return 8 * ((sb.SharedBits(n) + 63) / 64)
 }
 
 // identity is client i's X25519 key for the round.
@@ -142,12 +168,12 @@ func (r *Round) pair(i, n int, slot *mech.Slot) error {
 		slot.Shared = p.Shared()
 		return nil
 	}
-	if _, ok := r.m.(mech.SharedBitser); !ok {
+	if TransferBytes(r.m, n) == 0 {
 		return fmt.Errorf("fl: %s does not say how many shared bits it uses", r.m.Name())
 	}
 	// The leader draws the bits from a stream of its own and seals them;
 	// in a simulation both partners compute the sealed message it sends.
-	bits := make([]byte, transferBytes(r.m, n))
+	bits := make([]byte, TransferBytes(r.m, n))
 	corr.Derive(r.secret, "leader-bits", r.t, uint64(leader)).Read(bits)
 	opened, err := p.Open(p.Seal(bits))
 	if err != nil {
