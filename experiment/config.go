@@ -95,10 +95,18 @@ func Load(path string, c *Config) error {
 	if err != nil {
 		return err
 	}
+	if err := Parse(b, c); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// Parse reads YAML over c, as Load does.
+func Parse(b []byte, c *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
-		return fmt.Errorf("%s: %w", path, err)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) { // io.EOF: empty
+		return err
 	}
 	return nil
 }

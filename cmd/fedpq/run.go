@@ -118,7 +118,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	return printSummary(stdout, *format, c, s)
+}
+
+// printSummary prints a run's summary as text or JSON.
+func printSummary(stdout io.Writer, format string, c experiment.Config, s *report.Summary) error {
+	if format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(s)

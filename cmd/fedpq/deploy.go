@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/transport"
+)
+
+func init() {
+	commands["server"] = command{
+		summary: "serve a federated run to fedpq clients over gRPC",
+		run:     runServer,
+	}
+	commands["client"] = command{
+		summary: "take part in a fedpq server's run with this machine's data",
+		run:     runClient,
+	}
+	commands["keygen"] = command{
+		summary: "make a client's identity key and print its roster line",
+		run:     runKeygen,
+	}
+}
+
+const serverDescription = `Runs a federated training run for clients in other processes or on other
+machines (fedpq client). Each round the server chooses clients among those
+connected, sends them the global model and the clipping ranges, relays the
+signed X25519 key shares with which partners set up the bits they share (the
+server never sees them), collects the encoded uploads until all are in or the
+round's deadline, aggregates them, evaluates, checkpoints, and writes the same
+metrics.jsonl and summary.json as fedpq run.
+
+The run's settings are those of fedpq run: a YAML file (--config) and flags.
+The server needs the dataset's test set (--data-dir); each client holds its
+own partition. Clients must present the join token (--token, or $FEDPQ_TOKEN)
+or be on the roster (--roster, lines made by fedpq keygen). If the run
+directory holds a checkpoint of the same configuration, the server resumes
+after its round; the clients reconnect by themselves.
+`
+
+func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("server", "--config FILE.yaml --listen ADDR [flags]", serverDescription, stderr)
+	c := experiment.Default()
+	fs.String("config", "", "YAML file of the run's settings (flags override it)")
+	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on (host:port; :7070 for every interface)")
+	minClients := fs.Int("min-clients", 0, "clients connected before a round starts (0: all)")
+	gather := fs.Duration("gather", 5*time.Second, "once min-clients are connected, how long to wait for the others")
+	timeout := fs.Duration("round-timeout", 10*time.Minute, "deadline of each round: it ends with the uploads it has")
+	token := fs.String("token", os.Getenv("FEDPQ_TOKEN"), "join token clients must present (default $FEDPQ_TOKEN)")
+	rosterPath := fs.String("roster", "", "file of enrolled clients' identity keys (fedpq keygen prints the lines)")
+	cert := fs.String("tls-cert", "", "TLS certificate (PEM); without it the connection is not encrypted")
+	key := fs.String("tls-key", "", "TLS private key (PEM)")
+	format := fs.String("format", "text", "output: text or json (the summary)")
+	if path := findConfig(args); path != "" {
+		if err := experiment.Load(path, &c); err != nil {
+			return err
+		}
+		if c.Name == experiment.Default().Name {
+			c.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+		}
+	}
+	if err := bindConfig(fs, &c); err != nil {
+		return err
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *format != "text" && *format != "json" {
+		return fmt.Errorf("--format %q: want text or json", *format)
+	}
+	logger := log.New(stderr, "fedpq server: ", log.LstdFlags)
+	cfg := transport.ServerConfig{
+		Run: c, MinClients: *minClients, Gather: *gather, RoundTimeout: *timeout, Token: *token, Log: logger,
+	}
+	if *rosterPath != "" {
+		r, err := transport.LoadRoster(*rosterPath)
+		if err != nil {
+			return err
+		}
+		cfg.Roster = r
+	}
+	var opts []grpc.ServerOption
+	switch {
+	case *cert != "" && *key != "":
+		pair, err := tls.LoadX509KeyPair(*cert, *key)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13})))
+	case *cert != "" || *key != "":
+		return errors.New("--tls-cert and --tls-key go together")
+	default:
+		logger.Printf("no --tls-cert: the join token and the uploads travel unencrypted; use TLS beyond a trusted network")
+	}
+	srv, err := transport.NewServer(cfg)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	s, err := srv.Serve(ctx, lis, opts...)
+	if err != nil {
+		return err
+	}
+	return printSummary(stdout, *format, c, s)
+}
+
+const clientDescription = `Takes part in a fedpq server's run. The client connects, learns the run's
+settings from the server, loads its own partition K of N of the dataset from
+--data-dir (the same partition fedpq run would give client K), and then, each
+round it is chosen: trains from the global model, pairs up with its partner
+(a signed X25519 key share relayed by the server), encodes its update with
+the round's mechanism and uploads it. Its privacy coins and keys come from
+its own randomness, which the server never sees. It reconnects by itself if
+the server restarts, and exits when the run is over.
+`
+
+func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("client", "--server ADDR --partition K/N [flags]", clientDescription, stderr)
+	server := fs.String("server", "127.0.0.1:7070", "the server's address (host:port)")
+	partition := fs.String("partition", "", "this client's partition: K/N, client K of the run's N (0 <= K < N)")
+	dataDir := fs.String("data-dir", "", "directory of the dataset files (default $FEDPQ_DATA, else ./data)")
+	keyPath := fs.String("key", "", "identity key (fedpq keygen); without it a new key for this run only")
+	token := fs.String("token", os.Getenv("FEDPQ_TOKEN"), "the server's join token (default $FEDPQ_TOKEN)")
+	rosterPath := fs.String("roster", "", "roster file: check partners' key shares against it, not against the server's word")
+	ca := fs.String("tls-ca", "", "CA certificate (PEM) to check the server's TLS certificate with")
+	useTLS := fs.Bool("tls", false, "use TLS with the system's CAs")
+	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against (default: the host of --server)")
+	seed := fs.String("seed", "", "seed the client's randomness (tests only: a deployment draws it from the system)")
+	retry := fs.Duration("retry-for", 5*time.Minute, "how long to keep reconnecting to a lost server")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	k, n, err := parsePartitionFlag(*partition)
+	if err != nil {
+		return err
+	}
+	logger := log.New(stderr, fmt.Sprintf("fedpq client %d: ", k), log.LstdFlags)
+	cfg := transport.ClientConfig{
+		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Token: *token, RetryFor: *retry, Log: logger,
+	}
+	if *keyPath != "" {
+		if cfg.Key, err = transport.LoadKey(*keyPath); err != nil {
+			return err
+		}
+	} else {
+		cfg.Key = transport.NewKey()
+	}
+	if *rosterPath != "" {
+		if cfg.Roster, err = transport.LoadRoster(*rosterPath); err != nil {
+			return err
+		}
+	}
+	if *seed != "" {
+		v, err := strconv.ParseUint(*seed, 10, 64)
+		if err != nil {
+			return fmt.Errorf("--seed %q: %w", *seed, err)
+		}
+		cfg.Secret = binary.LittleEndian.AppendUint64([]byte("fedpq client seed "), v)
+	}
+	switch {
+	case *ca != "" || *useTLS:
+		tc := &tls.Config{ServerName: *serverName, MinVersion: tls.VersionTLS13}
+		if *ca != "" {
+			pem, err := os.ReadFile(*ca)
+			if err != nil {
+				return err
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("%s: no PEM certificate", *ca)
+			}
+		}
+		cfg.Creds = credentials.NewTLS(tc)
+	default:
+		cfg.Creds = insecure.NewCredentials()
+	}
+	cl, err := transport.NewClient(cfg)
+	if err != nil {
+		return err
+	}
+	fin, err := cl.Run(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "run finished after %d rounds\n", fin.GetRounds())
+	return nil
+}
+
+// parsePartitionFlag reads K/N.
+func parsePartitionFlag(s string) (k, n int, err error) {
+	a, b, ok := strings.Cut(s, "/")
+	if ok {
+		k, err = strconv.Atoi(a)
+		if err == nil {
+			n, err = strconv.Atoi(b)
+		}
+	}
+	if !ok || err != nil || n < 1 || k < 0 || k >= n {
+		return 0, 0, fmt.Errorf("--partition %q: want K/N with 0 <= K < N, such as 3/8", s)
+	}
+	return k, n, nil
+}
+
+const keygenDescription = `Makes a client's Ed25519 identity key, writes it to --key (readable by its
+owner only) and prints the client's roster line: "K PUBLIC-KEY". Collect the
+lines in a roster file; the server admits only the clients on it (--roster),
+and clients given the roster check that the X25519 key shares the server
+relays were signed by their partner.
+`
+
+func runKeygen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("keygen", "--client K --key FILE", keygenDescription, stderr)
+	client := fs.Int("client", -1, "the client id (its partition K) the key is enrolled for")
+	path := fs.String("key", "", "file to write the private key to (must not exist)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *client < 0 || *path == "" {
+		fs.Usage()
+		return errUsage
+	}
+	k := transport.NewKey()
+	if err := transport.SaveKey(*path, k); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d %s\n", *client, transport.PublicString(k))
+	return nil
+}

@@ -1,0 +1,491 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/model"
+	pb "github.com/fedpq/fedpq/transport/fedpqpb"
+)
+
+// ClientConfig is how a client takes part in a server's run.
+type ClientConfig struct {
+	Server  string // host:port
+	ID      int    // the client's partition K of N
+	Clients int    // N
+	DataDir string // where the client's copy of the dataset is
+	Key     ed25519.PrivateKey
+	Token   string
+	// Roster, if not nil, is where the client looks up its partners'
+	// identities; without it, it takes them from the server.
+	Roster Roster
+	// Secret seeds the client's own randomness (its LDP coins, X25519 keys
+	// and local shuffling); nil draws it from crypto/rand, as a deployment
+	// should. The server never learns it.
+	Secret []byte
+	Creds  credentials.TransportCredentials
+	// RetryFor is how long the client keeps reconnecting to a server it
+	// lost (a restart) before it gives up.
+	RetryFor time.Duration
+	Log      *log.Logger
+}
+
+// Client is one federated client.
+type Client struct {
+	cfg    ClientConfig
+	secret []byte
+	log    *log.Logger
+	yaml   string // the run's configuration, from the first Hello
+	su     *experiment.Setup
+	m      mech.Mechanism
+	tr     *model.Trainer
+	specs  []model.TensorSpec
+	params int
+}
+
+// NewClient checks cfg.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	switch {
+	case cfg.Clients < 1 || cfg.ID < 0 || cfg.ID >= cfg.Clients:
+		return nil, fmt.Errorf("partition %d/%d: want K/N with 0 <= K < N", cfg.ID, cfg.Clients)
+	case cfg.Key == nil:
+		return nil, errors.New("a client needs an identity key")
+	case cfg.Creds == nil:
+		return nil, errors.New("no transport credentials")
+	}
+	if cfg.Log == nil {
+		cfg.Log = log.New(os.Stderr, fmt.Sprintf("fedpq client %d: ", cfg.ID), log.LstdFlags)
+	}
+	c := &Client{cfg: cfg, secret: cfg.Secret, log: cfg.Log}
+	if c.secret == nil {
+		c.secret = make([]byte, 32)
+		rand.Read(c.secret)
+	}
+	return c, nil
+}
+
+// Run takes part in the run until the server says it is finished. It
+// reconnects by itself when the connection is lost, for up to RetryFor.
+func (c *Client) Run(ctx context.Context) (*pb.Finished, error) {
+	lastOK := time.Now()
+	backoff := 250 * time.Millisecond
+	for {
+		fin, joined, err := c.session(ctx)
+		if fin != nil {
+			return fin, nil
+		}
+		if joined {
+			lastOK, backoff = time.Now(), 250*time.Millisecond
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if permanent(err) {
+			return nil, err
+		}
+		if time.Since(lastOK) > c.cfg.RetryFor {
+			return nil, fmt.Errorf("no server for %v: %w", c.cfg.RetryFor.Round(time.Second), err)
+		}
+		c.log.Printf("connection lost (%v); reconnecting in %v", err, backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// permanent reports an error that reconnecting will not cure: the server
+// refused the client, or the client cannot do what the run asks.
+func permanent(err error) bool {
+	var local *setupError
+	if errors.As(err, &local) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.PermissionDenied, codes.InvalidArgument, codes.Unauthenticated:
+		return true
+	}
+	return false
+}
+
+// setupError is a failure on the client's side to prepare the run.
+type setupError struct{ err error }
+
+func (e *setupError) Error() string { return e.err.Error() }
+func (e *setupError) Unwrap() error { return e.err }
+
+// session is one connection: Hello, Join, then rounds until the end.
+func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, err error) {
+	conn, err := grpc.NewClient(c.cfg.Server, grpc.WithTransportCredentials(c.cfg.Creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
+	if err != nil {
+		return nil, false, &setupError{err}
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := pb.NewFederationClient(conn).Session(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	m, err := stream.Recv()
+	if err != nil {
+		return nil, false, err
+	}
+	hello := m.GetHello()
+	if hello == nil {
+		return nil, false, errors.New("the server did not open with a Hello")
+	}
+	if err := c.prepare(hello.GetConfigYaml()); err != nil {
+		return nil, false, err
+	}
+	id := uint32(c.cfg.ID)
+	err = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Join{Join: &pb.Join{
+		Client: id, Clients: uint32(c.cfg.Clients), Identity: c.cfg.Key.Public().(ed25519.PublicKey),
+		Signature: ed25519.Sign(c.cfg.Key, joinSigned(hello.GetRunId(), hello.GetChallenge(), id)),
+		Token:     c.cfg.Token, Examples: uint64(len(c.su.Clients[c.cfg.ID])),
+	}}})
+	if err != nil {
+		return nil, false, err
+	}
+	if m, err = stream.Recv(); err != nil {
+		return nil, false, err
+	}
+	if m.GetWelcome() == nil {
+		return nil, false, errors.New("the server did not answer the Join with a Welcome")
+	}
+	c.log.Printf("joined %s: run %x, after round %d", c.cfg.Server, hello.GetRunId(), m.GetWelcome().GetRoundsDone())
+
+	// Messages are read in their own goroutine, so that a partner's key
+	// can arrive while the client trains.
+	in := make(chan *pb.ServerMessage, 16)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				close(in)
+				return
+			}
+			in <- m
+		}
+	}()
+	var next *pb.ServerMessage
+	for {
+		m := next
+		next = nil
+		if m == nil {
+			var ok bool
+			if m, ok = <-in; !ok {
+				err := <-recvErr
+				if err == io.EOF {
+					err = errors.New("the server closed the session")
+				}
+				return nil, true, err
+			}
+		}
+		switch b := m.GetBody().(type) {
+		case *pb.ServerMessage_RoundStart:
+			if next, err = c.round(ctx, stream, in, hello.GetRunId(), b.RoundStart); err != nil {
+				var bad *badRound
+				if !errors.As(err, &bad) {
+					return nil, true, err
+				}
+				c.log.Printf("round %d: %v", b.RoundStart.GetRound(), err)
+			}
+		case *pb.ServerMessage_Receipt:
+			if r := b.Receipt; r.GetAccepted() {
+				c.log.Printf("round %d: upload accepted", r.GetRound())
+			} else {
+				c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
+			}
+		case *pb.ServerMessage_Finished:
+			return b.Finished, true, nil
+		}
+	}
+}
+
+// prepare builds the client's side of the run from the server's
+// configuration: the data (its own partition of its own copy), the model
+// and the mechanism. A server that comes back with another configuration
+// is refused.
+func (c *Client) prepare(y string) error {
+	if c.su != nil {
+		if y != c.yaml {
+			return &setupError{errors.New("the server is now running another configuration")}
+		}
+		return nil
+	}
+	cfg := experiment.Default()
+	if err := experiment.Parse([]byte(y), &cfg); err != nil {
+		return &setupError{fmt.Errorf("the server's configuration: %w", err)}
+	}
+	if cfg.Clients != c.cfg.Clients {
+		return &setupError{fmt.Errorf("partition %d/%d, but the run has %d clients", c.cfg.ID, c.cfg.Clients, cfg.Clients)}
+	}
+	cfg.DataDir = c.cfg.DataDir
+	su, err := experiment.NewSetup(cfg)
+	if err != nil {
+		return &setupError{err}
+	}
+	m, err := mech.New(su.Engine.Mechanism, su.Engine.Mech)
+	if err != nil {
+		return &setupError{err}
+	}
+	tr, err := su.Trainer()
+	if err != nil {
+		return &setupError{err}
+	}
+	c.yaml, c.su, c.m, c.tr, c.specs = y, su, m, tr, su.Model.Tensors()
+	c.params = 0
+	for _, s := range c.specs {
+		n := 1
+		for _, d := range s.Shape {
+			n *= d
+		}
+		c.params += n
+	}
+	c.log.Printf("%s, partition %d/%d: %d examples; model %s, mechanism %s",
+		cfg.Dataset, c.cfg.ID, c.cfg.Clients, len(su.Clients[c.cfg.ID]), cfg.Model, cfg.Mechanism)
+	return nil
+}
+
+// badRound is a RoundStart the client cannot take part in; it skips the
+// round and waits for the next.
+type badRound struct{ err error }
+
+func (e *badRound) Error() string { return e.err.Error() }
+
+// round takes part in one round: pair up (Paired mechanisms), train,
+// encode, upload. It returns a message it read that belongs after the
+// round (the next round's start, or the end).
+func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, rs *pb.RoundStart) (*pb.ServerMessage, error) {
+	t := rs.GetRound()
+	global, err := decodeTensors(rs.GetGlobal(), c.specs)
+	if err != nil {
+		return nil, &badRound{fmt.Errorf("the global model: %w", err)}
+	}
+	ranges, err := decodeRanges(rs.GetRanges(), len(c.specs))
+	if err != nil {
+		return nil, &badRound{err}
+	}
+	deadline := time.UnixMilli(rs.GetDeadlineUnixMilli())
+	slot := mech.Slot{Private: corr.Derive(c.secret, "private", uint64(t))}
+	switch c.m.Coupling() {
+	case mech.Grouped, mech.Dithered:
+		if len(rs.GetSharedKey()) != 32 {
+			return nil, &badRound{fmt.Errorf("a shared key of %d bytes, want 32", len(rs.GetSharedKey()))}
+		}
+		slot.Shared = corr.NewStream([32]byte(rs.GetSharedKey()))
+		slot.Index, slot.Size = int(rs.GetGroupIndex()), int(rs.GetGroupSize())
+		if c.m.Coupling() == mech.Grouped && slot.Index >= slot.Size {
+			return nil, &badRound{fmt.Errorf("group place %d of %d", slot.Index, slot.Size)}
+		}
+	}
+
+	// A paired client sends its key share first, so that it travels
+	// while the client trains.
+	var me *corr.Identity
+	partner := rs.GetPartner()
+	if c.m.Coupling() == mech.Paired && partner >= 0 {
+		if partner == int32(c.cfg.ID) || int(partner) >= c.cfg.Clients {
+			return nil, &badRound{fmt.Errorf("partner %d", partner)}
+		}
+		if me, err = corr.NewIdentity(corr.Key(c.secret, "x25519", uint64(t))); err != nil {
+			return nil, err
+		}
+		pub := me.Public()
+		err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_KeyShare{KeyShare: &pb.KeyShare{
+			Round: t, Client: uint32(c.cfg.ID), Partner: uint32(partner), PublicKey: pub,
+			Signature: ed25519.Sign(c.cfg.Key, keyShareSigned(runID, t, uint32(c.cfg.ID), uint32(partner), pub)),
+		}}})
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	start := time.Now()
+	train := c.su.Data.Train
+	local, loss, err := c.tr.Train(ctx, global, train.X, train.Y, c.su.Clients[c.cfg.ID], model.TrainConfig{
+		Epochs: c.su.Engine.Epochs, Batch: c.su.Engine.Batch, Seed: corr.Derive(c.secret, "local", uint64(t)).Uint64(),
+	})
+	if err != nil {
+		return nil, &setupError{err}
+	}
+	trained := time.Since(start)
+
+	var next *pb.ServerMessage
+	if me != nil {
+		next, err = c.pair(ctx, stream, in, runID, rs, me, deadline, &slot)
+		if err != nil {
+			return nil, err
+		}
+	}
+	payloads, err := fl.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot)
+	if err != nil {
+		return next, &badRound{err}
+	}
+	size := 0
+	for _, p := range payloads {
+		size += len(p)
+	}
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{
+		Round: t, Payloads: payloads, Loss: loss,
+	}}}); err != nil {
+		return nil, err
+	}
+	c.log.Printf("round %d: trained in %v (loss %.4f), uploaded %d bytes as %s", t, trained.Round(time.Millisecond), loss, size, role(slot))
+	return next, nil
+}
+
+func role(s mech.Slot) string {
+	switch s.Role {
+	case mech.Leader:
+		return "a pair's leader"
+	case mech.Follower:
+		return "a pair's follower"
+	}
+	return "a lone client"
+}
+
+// pair waits for the partner's key share, checks its signature against the
+// partner's identity (from the roster, else as the server relays it) and
+// sets the slot's role and shared bits; in transfer mode the leader sends
+// its shared bits sealed and the follower waits for them. A partner that
+// leaves, or whose share or seal fails its check, leaves the client alone:
+// an exact ldpq client. It returns a message of a later round, if it read
+// one.
+func (c *Client) pair(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, rs *pb.RoundStart, me *corr.Identity, deadline time.Time, slot *mech.Slot) (*pb.ServerMessage, error) {
+	t, self, partner := rs.GetRound(), uint32(c.cfg.ID), uint32(rs.GetPartner())
+	identity := ed25519.PublicKey(rs.GetPartnerIdentity())
+	if c.cfg.Roster != nil {
+		id, ok := c.cfg.Roster[partner]
+		if !ok {
+			c.log.Printf("round %d: partner %d is not on the roster; encoding alone", t, partner)
+			return nil, nil
+		}
+		if !bytes.Equal(id, identity) {
+			c.log.Printf("round %d: the server gave partner %d an identity not on the roster", t, partner)
+		}
+		identity = id
+	}
+	// Wait for the partner until shortly before the deadline, so that the
+	// upload still makes it.
+	wait := time.NewTimer(time.Until(deadline) - max(time.Second, time.Until(deadline)/10))
+	defer wait.Stop()
+	recv := func(want string) (*pb.ServerMessage, *pb.ServerMessage, error) {
+		for {
+			select {
+			case m, ok := <-in:
+				if !ok {
+					return nil, nil, errors.New("connection lost during pairing")
+				}
+				switch b := m.GetBody().(type) {
+				case *pb.ServerMessage_PartnerKey:
+					if want == "key" && b.PartnerKey.GetRound() == t {
+						return m, nil, nil
+					}
+				case *pb.ServerMessage_PartnerSealed:
+					if want == "sealed" && b.PartnerSealed.GetRound() == t {
+						return m, nil, nil
+					}
+				case *pb.ServerMessage_PartnerGone:
+					if b.PartnerGone.GetRound() == t {
+						c.log.Printf("round %d: partner %d left; encoding alone", t, partner)
+						return nil, nil, nil
+					}
+				case *pb.ServerMessage_RoundStart, *pb.ServerMessage_Finished:
+					return nil, m, nil // the round is over
+				case *pb.ServerMessage_Receipt:
+					c.log.Printf("round %d: receipt: accepted %v %s", b.Receipt.GetRound(), b.Receipt.GetAccepted(), b.Receipt.GetError())
+				}
+			case <-wait.C:
+				c.log.Printf("round %d: nothing from partner %d in time; encoding alone", t, partner)
+				return nil, nil, nil
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+	}
+	m, next, err := recv("key")
+	if m == nil {
+		return next, err
+	}
+	ks := m.GetPartnerKey()
+	if ks.GetClient() != partner || ks.GetPartner() != self {
+		c.log.Printf("round %d: a key share from %d to %d, not from partner %d; encoding alone", t, ks.GetClient(), ks.GetPartner(), partner)
+		return nil, nil
+	}
+	if err := verify(identity, keyShareSigned(runID, t, partner, self, ks.GetPublicKey()), ks.GetSignature()); err != nil {
+		c.log.Printf("round %d: partner %d's key share: %v; encoding alone", t, partner, err)
+		return nil, nil
+	}
+	p, err := me.Agree(ks.GetPublicKey(), uint64(t), uint64(self), uint64(partner))
+	if err != nil {
+		c.log.Printf("round %d: %v; encoding alone", t, err)
+		return nil, nil
+	}
+	leader := p.Leader(uint64(self))
+	role := mech.Follower
+	if leader {
+		role = mech.Leader
+	}
+	if !c.su.Engine.Transfer {
+		slot.Role, slot.Shared = role, p.Shared()
+		return nil, nil
+	}
+	n := fl.TransferBytes(c.m, c.params)
+	if n == 0 {
+		return nil, &setupError{fmt.Errorf("%s does not say how many shared bits it uses", c.m.Name())}
+	}
+	if leader {
+		bits := make([]byte, n)
+		corr.Derive(c.secret, "leader-bits", uint64(t)).Read(bits)
+		if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Sealed{Sealed: &pb.Sealed{
+			Round: t, Client: self, Partner: partner, Ciphertext: p.Seal(bits),
+		}}}); err != nil {
+			return nil, err
+		}
+		src, err := corr.NewBytes(bits)
+		if err != nil {
+			return nil, err
+		}
+		slot.Role, slot.Shared = role, src
+		return nil, nil
+	}
+	m, next, err = recv("sealed")
+	if m == nil {
+		return next, err
+	}
+	opened, err := p.Open(m.GetPartnerSealed().GetCiphertext())
+	if err != nil || len(opened) != n {
+		c.log.Printf("round %d: partner %d's shared bits: %v (%d bytes); encoding alone", t, partner, err, len(opened))
+		return nil, nil
+	}
+	src, err := corr.NewBytes(opened)
+	if err != nil {
+		return nil, err
+	}
+	slot.Role, slot.Shared = role, src
+	return nil, nil
+}
