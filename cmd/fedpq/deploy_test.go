@@ -161,10 +161,11 @@ seed: 1
 // others; the server is killed after round 2 and restarted, resumes from
 // its checkpoint with the same model, and the clients reconnect by
 // themselves. The final accuracy matches the simulation's with the same
-// seed within the noise of the mechanism: 10 seeds of the simulation give
-// final accuracies with a standard deviation of about 2 points (see
-// docs/deployment.md), and the test allows 12 points, 4 standard
-// deviations of a difference of two runs.
+// seed within the noise of the mechanism: with 8 clients at eps = 1, 10
+// seeds of the simulation end between 75.6% and 90.5% (mean 86.1%,
+// standard deviation 5.5 points; without the mechanism 93.9% to 94.6%), so
+// the difference of two runs has a standard deviation of about 8 points;
+// the test allows 25, and asks for at least 60%.
 func TestDeployment(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 9 processes for about a minute")
@@ -269,7 +270,7 @@ func TestDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("final accuracy: deployed %.4f, simulated %.4f", sum.FinalAccuracy, sim.FinalAccuracy)
-	if sum.Rounds != 3 || math.Abs(sum.FinalAccuracy-sim.FinalAccuracy) > 0.12 || sum.FinalAccuracy < 0.7 {
+	if sum.Rounds != 3 || math.Abs(sum.FinalAccuracy-sim.FinalAccuracy) > 0.25 || sum.FinalAccuracy < 0.6 {
 		t.Errorf("deployed: %d rounds, accuracy %.4f; simulated %.4f", sum.Rounds, sum.FinalAccuracy, sim.FinalAccuracy)
 	}
 }
