@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/fl"
@@ -78,6 +79,7 @@ type serverRound struct {
 	plan  *fl.Plan
 	pos   map[uint32]int // client id to position
 	state []int          // per position: waiting, uploaded, refused or gone
+	setup int64          // bytes of key shares and sealed bits relayed
 }
 
 const (
@@ -401,7 +403,9 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 			s.log.Printf("round %d: no upload from client %d by the deadline", t, plan.Clients[pos])
 		}
 	}
-	return s.eng.End(plan)
+	r, err := s.eng.End(plan)
+	r.SetupBytes = rd.setup // what was relayed, signatures and framing included
+	return r, err
 }
 
 // finish tells every client the run is over.
@@ -606,6 +610,7 @@ func (s *Server) relay(sess *session, round, from, to uint32, m *pb.ServerMessag
 	}
 	if p := s.sessions[to]; p != nil && rd.state[j] == waiting {
 		p.send(m)
+		rd.setup += int64(proto.Size(m))
 	}
 	return nil
 }

@@ -21,8 +21,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/report"
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
 )
@@ -213,6 +215,30 @@ func TestEveryCoupling(t *testing.T) {
 			}
 			if tc.mech == "corbin" && !strings.Contains(cs[0].log.String(), "a pair's") {
 				t.Errorf("client 0 never paired:\n%s", cs[0].log)
+			}
+			// The setup bytes are those relayed: per pair two signed X25519
+			// keys (2 x (32 + 64) bytes and framing), and in transfer mode
+			// the sealed shared bits.
+			run, err := report.ReadRun(c.Dir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			lo, hi := int64(0), int64(0)
+			if tc.mech == "corbin" {
+				lo, hi = 2*2*96, 2*2*120
+				if tc.transfer {
+					m, err := mech.New("corbin", mech.Config{Epsilon: c.Epsilon, SharedBits: c.SharedBits})
+					if err != nil {
+						t.Fatal(err)
+					}
+					sealed := int64(2 * (fl.TransferBytes(m, 610) + corr.SealedOverhead)) // the linear model: 610 parameters
+					lo, hi = lo+sealed, hi+sealed+2*32
+				}
+			}
+			for _, r := range run.Rounds {
+				if r.SetupBytes < lo || r.SetupBytes > hi {
+					t.Errorf("round %d: %d setup bytes, want %d to %d", r.Round, r.SetupBytes, lo, hi)
+				}
 			}
 		})
 	}
