@@ -103,7 +103,7 @@ func (c *Client) Run(ctx context.Context) (*pb.Finished, error) {
 		if time.Since(lastOK) > c.cfg.RetryFor {
 			return nil, fmt.Errorf("no server for %v: %w", c.cfg.RetryFor.Round(time.Second), err)
 		}
-		c.log.Printf("connection lost (%v); reconnecting in %v", err, backoff)
+		c.log.Printf("no session with the server (%v); reconnecting in %v", err, backoff)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():

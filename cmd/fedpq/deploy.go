@@ -63,7 +63,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	minClients := fs.Int("min-clients", 0, "clients connected before a round starts (0: all)")
 	gather := fs.Duration("gather", 5*time.Second, "once min-clients are connected, how long to wait for the others")
 	timeout := fs.Duration("round-timeout", 10*time.Minute, "deadline of each round: it ends with the uploads it has")
-	token := fs.String("token", os.Getenv("FEDPQ_TOKEN"), "join token clients must present (default $FEDPQ_TOKEN)")
+	token := fs.String("token", "", "join token clients must present (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "file of enrolled clients' identity keys (fedpq keygen prints the lines)")
 	cert := fs.String("tls-cert", "", "TLS certificate (PEM); without it the connection is not encrypted")
 	key := fs.String("tls-key", "", "TLS private key (PEM)")
@@ -84,6 +84,9 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("--format %q: want text or json", *format)
+	}
+	if *token == "" {
+		*token = os.Getenv("FEDPQ_TOKEN") // not the flag's default, which -h would print
 	}
 	logger := log.New(stderr, "fedpq server: ", log.LstdFlags)
 	cfg := transport.ServerConfig{
@@ -140,7 +143,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	partition := fs.String("partition", "", "this client's partition: K/N, client K of the run's N (0 <= K < N)")
 	dataDir := fs.String("data-dir", "", "directory of the dataset files (default $FEDPQ_DATA, else ./data)")
 	keyPath := fs.String("key", "", "identity key (fedpq keygen); without it a new key for this run only")
-	token := fs.String("token", os.Getenv("FEDPQ_TOKEN"), "the server's join token (default $FEDPQ_TOKEN)")
+	token := fs.String("token", "", "the server's join token (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "roster file: check partners' key shares against it, not against the server's word")
 	ca := fs.String("tls-ca", "", "CA certificate (PEM) to check the server's TLS certificate with")
 	useTLS := fs.Bool("tls", false, "use TLS with the system's CAs")
@@ -153,6 +156,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	k, n, err := parsePartitionFlag(*partition)
 	if err != nil {
 		return err
+	}
+	if *token == "" {
+		*token = os.Getenv("FEDPQ_TOKEN")
 	}
 	logger := log.New(stderr, fmt.Sprintf("fedpq client %d: ", k), log.LstdFlags)
 	cfg := transport.ClientConfig{

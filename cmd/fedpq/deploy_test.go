@@ -136,23 +136,8 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) error {
 	}
 }
 
-const deployConfig = `name: deploy
-dataset: mnist
-partition: iid
-clients: 8
-rounds: 3
-model: mlp
-optimizer: sgd
-lr: 0.1
-momentum: 0.5
-epochs: 1
-batch: 10
-mechanism: corbin
-epsilon: 1
-range: fixed:0,0.05
-perturb: updates
-seed: 1
-`
+// deployConfig is the deployment example of the docs.
+const deployConfig = "../../experiments/mnist-deploy.yaml"
 
 // TestDeployment is the issue's end-to-end test on loopback: one server
 // and 8 client processes (each with its identity key, checked against the
@@ -172,8 +157,8 @@ func TestDeployment(t *testing.T) {
 	}
 	dataDir := sharedDatasets(t)
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "deploy.yaml")
-	if err := os.WriteFile(cfgPath, []byte(deployConfig), 0o644); err != nil {
+	cfgPath, err := filepath.Abs(deployConfig)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var roster bytes.Buffer
@@ -261,7 +246,7 @@ func TestDeployment(t *testing.T) {
 	}
 
 	c := experiment.Default()
-	if err := experiment.Parse([]byte(deployConfig), &c); err != nil {
+	if err := experiment.Load(cfgPath, &c); err != nil {
 		t.Fatal(err)
 	}
 	c.DataDir, c.Out = dataDir, filepath.Join(dir, "simulation")
