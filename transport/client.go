@@ -289,7 +289,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	if err != nil {
 		return nil, &badRound{err}
 	}
-	deadline := time.UnixMilli(rs.GetDeadlineUnixMilli())
+	deadline := time.Now().Add(time.Duration(rs.GetTimeLeftMilli()) * time.Millisecond)
 	slot := mech.Slot{Private: corr.Derive(c.secret, "private", uint64(t))}
 	switch c.m.Coupling() {
 	case mech.Grouped, mech.Dithered:

@@ -222,6 +222,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 		lis.Addr(), s.runID, s.cfg.Run.Dataset, s.cfg.Run.Mechanism, s.cfg.Run.Rounds, s.cfg.Run.Clients, s.cfg.MinClients)
 
 	err := s.run(ctx)
+	if errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("stopped after round %d; its checkpoint is kept, and the server resumes from it when started again: %w", s.eng.Done(), err)
+	}
 	if err == nil {
 		s.finish()
 		// Give the sessions a moment to deliver Finished before closing.
@@ -358,7 +361,7 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		}
 		msg := &pb.RoundStart{
 			Round: uint32(t), Position: uint32(pos), Global: global, Ranges: ranges,
-			Partner: -1, DeadlineUnixMilli: deadline.UnixMilli(),
+			Partner: -1, TimeLeftMilli: time.Until(deadline).Milliseconds(),
 		}
 		if j := plan.Round.Partner(pos); j >= 0 && rd.state[j] != gone {
 			msg.Partner = int32(plan.Clients[j])

@@ -568,19 +568,19 @@ func (x *Range) GetRadius() float64 {
 
 // RoundStart is round t as one client takes part in it.
 type RoundStart struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Round             uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
-	Position          uint32                 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`                                     // the client's position among the round's clients
-	Global            [][]byte               `protobuf:"bytes,3,rep,name=global,proto3" json:"global,omitempty"`                                          // the global model, each tensor as little-endian float32
-	Ranges            []*Range               `protobuf:"bytes,4,rep,name=ranges,proto3" json:"ranges,omitempty"`                                          // each tensor's clipping range
-	Partner           int32                  `protobuf:"varint,5,opt,name=partner,proto3" json:"partner,omitempty"`                                       // Paired: the partner's id; -1: none
-	PartnerIdentity   []byte                 `protobuf:"bytes,6,opt,name=partner_identity,json=partnerIdentity,proto3" json:"partner_identity,omitempty"` // its Ed25519 public key, as enrolled
-	SharedKey         []byte                 `protobuf:"bytes,7,opt,name=shared_key,json=sharedKey,proto3" json:"shared_key,omitempty"`                   // Grouped and Dithered: the key of the stream shared with the server
-	GroupIndex        uint32                 `protobuf:"varint,8,opt,name=group_index,json=groupIndex,proto3" json:"group_index,omitempty"`               // Grouped: the client's place in the group
-	GroupSize         uint32                 `protobuf:"varint,9,opt,name=group_size,json=groupSize,proto3" json:"group_size,omitempty"`
-	DeadlineUnixMilli int64                  `protobuf:"varint,10,opt,name=deadline_unix_milli,json=deadlineUnixMilli,proto3" json:"deadline_unix_milli,omitempty"` // uploads after this are not counted
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Round           uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Position        uint32                 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`                                     // the client's position among the round's clients
+	Global          [][]byte               `protobuf:"bytes,3,rep,name=global,proto3" json:"global,omitempty"`                                          // the global model, each tensor as little-endian float32
+	Ranges          []*Range               `protobuf:"bytes,4,rep,name=ranges,proto3" json:"ranges,omitempty"`                                          // each tensor's clipping range
+	Partner         int32                  `protobuf:"varint,5,opt,name=partner,proto3" json:"partner,omitempty"`                                       // Paired: the partner's id; -1: none
+	PartnerIdentity []byte                 `protobuf:"bytes,6,opt,name=partner_identity,json=partnerIdentity,proto3" json:"partner_identity,omitempty"` // its Ed25519 public key, as enrolled
+	SharedKey       []byte                 `protobuf:"bytes,7,opt,name=shared_key,json=sharedKey,proto3" json:"shared_key,omitempty"`                   // Grouped and Dithered: the key of the stream shared with the server
+	GroupIndex      uint32                 `protobuf:"varint,8,opt,name=group_index,json=groupIndex,proto3" json:"group_index,omitempty"`               // Grouped: the client's place in the group
+	GroupSize       uint32                 `protobuf:"varint,9,opt,name=group_size,json=groupSize,proto3" json:"group_size,omitempty"`
+	TimeLeftMilli   int64                  `protobuf:"varint,10,opt,name=time_left_milli,json=timeLeftMilli,proto3" json:"time_left_milli,omitempty"` // until the round's deadline: uploads after it are not counted
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RoundStart) Reset() {
@@ -676,9 +676,9 @@ func (x *RoundStart) GetGroupSize() uint32 {
 	return 0
 }
 
-func (x *RoundStart) GetDeadlineUnixMilli() int64 {
+func (x *RoundStart) GetTimeLeftMilli() int64 {
 	if x != nil {
-		return x.DeadlineUnixMilli
+		return x.TimeLeftMilli
 	}
 	return 0
 }
@@ -1100,7 +1100,7 @@ const file_fedpq_proto_rawDesc = "" +
 	"roundsDone\"7\n" +
 	"\x05Range\x12\x16\n" +
 	"\x06center\x18\x01 \x01(\x01R\x06center\x12\x16\n" +
-	"\x06radius\x18\x02 \x01(\x01R\x06radius\"\xd3\x02\n" +
+	"\x06radius\x18\x02 \x01(\x01R\x06radius\"\xcb\x02\n" +
 	"\n" +
 	"RoundStart\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1a\n" +
@@ -1114,9 +1114,9 @@ const file_fedpq_proto_rawDesc = "" +
 	"\vgroup_index\x18\b \x01(\rR\n" +
 	"groupIndex\x12\x1d\n" +
 	"\n" +
-	"group_size\x18\t \x01(\rR\tgroupSize\x12.\n" +
-	"\x13deadline_unix_milli\x18\n" +
-	" \x01(\x03R\x11deadlineUnixMilli\"\x8f\x01\n" +
+	"group_size\x18\t \x01(\rR\tgroupSize\x12&\n" +
+	"\x0ftime_left_milli\x18\n" +
+	" \x01(\x03R\rtimeLeftMilli\"\x8f\x01\n" +
 	"\bKeyShare\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x16\n" +
 	"\x06client\x18\x02 \x01(\rR\x06client\x12\x18\n" +
