@@ -36,10 +36,12 @@ func init() {
 
 // JoPEQRow is one mechanism at one eps and rate of jopeq-snr.
 type JoPEQRow struct {
-	Epsilon   float64 `json:"epsilon"`
-	Rate      int     `json:"rate"`
-	Mechanism string  `json:"mechanism"`
-	LDP       bool    `json:"ldp"`
+	Epsilon float64 `json:"epsilon"`
+	// Rate is R, the lattice's bits per parameter; 32 for laplace, which
+	// sends unquantized float32s.
+	Rate      int    `json:"rate"`
+	Mechanism string `json:"mechanism"`
+	LDP       bool   `json:"ldp"`
 	// Bits is the exact payload size per parameter.
 	Bits float64 `json:"bits_per_param"`
 	// SNR is the paper's average of per-user variance ratios; SNRdB in dB.
