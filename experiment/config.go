@@ -67,6 +67,8 @@ type Config struct {
 	// looks at the test set.
 	Validation float64 `yaml:"validation"`
 
+	LedgerDelta float64 `yaml:"ledger_delta"` // delta of the privacy ledger's composed bounds
+
 	Seed    uint64 `yaml:"seed"`
 	Workers int    `yaml:"workers"` // 0: all cores
 }
@@ -84,7 +86,7 @@ func Default() Config {
 		Gamma: mc.Gamma, Px: mc.Px, InputBits: mc.InputBits, BudgetBits: mc.BudgetBits,
 		Rate: mc.Rate, Lattice: mc.Lattice,
 		Range: "fixed:0,0.05", Perturb: "updates", Weighting: "examples", GlobalLR: 1,
-		Seed: 1,
+		LedgerDelta: 1e-5, Seed: 1,
 	}
 }
 
@@ -169,7 +171,7 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer,
 		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting, GlobalLR: c.GlobalLR,
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
-		Seed: c.Seed, Workers: c.Workers,
+		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta,
 	}, nil
 }
 

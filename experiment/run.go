@@ -182,7 +182,7 @@ func (rec *Recorder) add(r report.Round) error {
 	s.Rounds = r.Round
 	s.UplinkBitsTotal += r.UplinkBits
 	s.UplinkBitsPerParam = r.UplinkBitsPerParam
-	s.EpsilonPerRound, s.EpsilonSpent = r.Epsilon, r.EpsilonSpent
+	s.EpsilonPerRound, s.EpsilonSpent, s.Privacy = r.Epsilon, r.EpsilonSpent, r.Privacy
 	s.Seconds = r.Seconds
 	if r.Accuracy != nil {
 		s.FinalAccuracy = *r.Accuracy
@@ -195,6 +195,7 @@ func (rec *Recorder) add(r report.Round) error {
 
 // Close writes the summary and the plots, and returns the summary.
 func (rec *Recorder) Close() (*report.Summary, error) {
+	_, rec.s.ClientRounds, _ = rec.eng.Ledger()
 	return rec.s, rec.w.Close(*rec.s)
 }
 

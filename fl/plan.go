@@ -113,6 +113,11 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 	if e.ldp {
 		r.Epsilon = e.cfg.Mech.Epsilon
 		r.EpsilonSpent = e.spent()
+		l, _, err := e.Ledger()
+		if err != nil {
+			return r, err
+		}
+		r.Privacy = l
 	}
 	if p.T%e.cfg.EvalEvery == 0 || p.T == e.cfg.Rounds {
 		if err := e.evaluate(&r); err != nil {

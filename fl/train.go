@@ -14,6 +14,7 @@ import (
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
+	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 )
 
@@ -48,6 +49,9 @@ type Config struct {
 	Batch     int // local minibatch size
 	Seed      uint64
 	Workers   int // clients trained in parallel (0: all cores)
+	// LedgerDelta is the delta of the ledger's composed bounds
+	// (advanced, optimal and zCDP composition).
+	LedgerDelta float64
 }
 
 // Model is what the engine needs of an architecture; *model.Model is one.
@@ -87,6 +91,8 @@ func (c *Config) validate(clients int) error {
 		return fmt.Errorf("fl: global learning rate %v must be in (0, 1]", c.GlobalLR)
 	case c.Patience < 0:
 		return fmt.Errorf("fl: patience %d must not be negative", c.Patience)
+	case !(c.LedgerDelta > 0 && c.LedgerDelta < 1):
+		return fmt.Errorf("fl: ledger delta %v must be in (0, 1)", c.LedgerDelta)
 	case c.EvalEvery < 1:
 		return fmt.Errorf("fl: eval-every %d must be at least 1", c.EvalEvery)
 	case c.Epochs < 1 || c.Batch < 1:
@@ -419,12 +425,38 @@ func clone(w [][]float32) [][]float32 {
 	return c
 }
 
-// spent is the per-parameter eps the most-used client has spent, by basic
-// composition over the rounds it took part in.
-func (e *Engine) spent() float64 {
+// most is the number of rounds of the client that took part in the most.
+func (e *Engine) most() int {
 	most := 0
 	for _, n := range e.joined {
 		most = max(most, n)
 	}
-	return float64(most) * e.cfg.Mech.Epsilon
+	return most
+}
+
+// spent is the per-parameter eps the most-used client has spent, by basic
+// composition over the rounds it took part in.
+func (e *Engine) spent() float64 { return float64(e.most()) * e.cfg.Mech.Epsilon }
+
+// Ledger is the privacy spent by the client that took part in the most
+// rounds (nil when the mechanism is not LDP), and the rounds each client
+// took part in.
+func (e *Engine) Ledger() (*privacy.Ledger, []int, error) {
+	if !e.ldp {
+		return nil, e.joined, nil
+	}
+	l, err := privacy.Account(privacy.Budget{Mechanism: e.cfg.Mechanism, Epsilon: e.cfg.Mech.Epsilon, MechDelta: e.mechDelta()},
+		e.params, e.most(), e.cfg.LedgerDelta)
+	if err != nil {
+		return nil, e.joined, err
+	}
+	return &l, e.joined, nil
+}
+
+// mechDelta is the gaussian mechanism's delta per parameter per round.
+func (e *Engine) mechDelta() float64 {
+	if e.cfg.Mech.Delta > 0 {
+		return e.cfg.Mech.Delta
+	}
+	return mech.DefaultConfig().Delta
 }

@@ -84,6 +84,7 @@ func baseConfig() Config {
 	return Config{
 		Rounds: 1, Mechanism: "none", Mech: mech.DefaultConfig(), Range: RangeRule{Kind: "fixed", Center: 0, Radius: 1},
 		Perturb: "weights", Weighting: "examples", GlobalLR: 1, EvalEvery: 1, Epochs: 1, Batch: 1, Seed: 3,
+		LedgerDelta: 1e-5,
 	}
 }
 
@@ -452,6 +453,36 @@ func TestBadContentRefusedWhole(t *testing.T) {
 		want := [][]float32{{1, 2}, {3, 4}}
 		if g := e.Global(); !reflect.DeepEqual(g, want) {
 			t.Errorf("%s: global %v after a refused upload, want %v", weighting, g, want)
+		}
+	}
+}
+
+// TestLedger: each round's ledger is that of the client that took part in
+// the most rounds, with the guarantee of each observer.
+func TestLedger(t *testing.T) {
+	for _, m := range []string{"ldpq", "corbin", "none"} {
+		cfg := baseConfig()
+		cfg.Mechanism, cfg.Rounds, cfg.ClientsPerRound = m, 4, 3
+		e, rounds := run(t, cfg, fakeTask(6, 8, func(int) int { return 2 }))
+		l, joined, err := e.Ledger()
+		if err != nil {
+			t.Fatal(err)
+		}
+		most := 0
+		for _, n := range joined {
+			most = max(most, n)
+		}
+		last := rounds[len(rounds)-1].Privacy
+		switch {
+		case m == "none":
+			if l != nil || last != nil {
+				t.Errorf("none: a ledger %+v", l)
+			}
+		case last == nil || last.Rounds != most || last.Parameters != 8 || last.Eavesdropper == nil ||
+			last.Eavesdropper.ParamBasic != float64(most)*cfg.Mech.Epsilon:
+			t.Errorf("%s: ledger %+v after rounds %v", m, last, joined)
+		case (m == "corbin") != (last.Server == nil):
+			t.Errorf("%s: server guarantee %+v", m, last.Server)
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 func init() {
 	Register(Info{
 		Name:    "coq",
-		Summary: "CoQ-FL (LDP-FedCR): pairs share a codebook index drawn with biased coins p_x; each client exactly ldpq",
+		Summary: "CoQ-FL (LDP-FedCR): pairs share a codebook index drawn with biased coins p_x; each message alone exactly ldpq (as corbin: docs/privacy.md)",
 		LDP:     true,
 		New:     newCoQ,
 	})

@@ -8,7 +8,7 @@ import (
 func init() {
 	Register(Info{
 		Name:    "corbin",
-		Summary: "CorBin-FL: pairs share d bits/param, antithetic one-bit quantizers; each client exactly ldpq",
+		Summary: "CorBin-FL: pairs share d bits/param, antithetic one-bit quantizers; each message alone exactly ldpq (eps-LDP against one-message observers, none against the server: docs/privacy.md)",
 		LDP:     true,
 		New:     func(c Config) (Mechanism, error) { return newCorBin("corbin", c, 0) },
 	})

@@ -192,8 +192,11 @@ func (c Config) ValidateEpsilon() error {
 type Info struct {
 	Name    string
 	Summary string // one line for `fedpq mechanisms`
-	// LDP is true when the mechanism is eps-LDP per parameter against the
-	// server; false for compression-only and for not-formally-private variants.
+	// LDP is true when each client's message, on its own, is eps-LDP per
+	// parameter; false for compression-only and for not-formally-private
+	// variants. For the paired mechanisms this is a guarantee against an
+	// observer of one message: the server, which sees both messages of a
+	// pair, has none in the worst case (privacy.ParameterEpsilon).
 	LDP bool
 	// Unclipped is true when the mechanism sends inputs outside the range
 	// as they are (none); every other mechanism clips them.

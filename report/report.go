@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fedpq/fedpq/privacy"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -49,8 +50,11 @@ type Round struct {
 	SetupBytes         int64    `json:"setup_bytes"`            // bytes spent setting up shared randomness this round
 	Epsilon            float64  `json:"epsilon"`                // per-parameter eps of this round (0 when no privacy)
 	EpsilonSpent       float64  `json:"epsilon_spent"`          // per-parameter eps composed over rounds so far (basic composition), per client at most
-	Restored           bool     `json:"restored,omitempty"`     // the global model was reloaded from the best checkpoint (patience)
-	Seconds            float64  `json:"seconds"`                // wall time since the run started
+	// Privacy is the ledger of the client that has taken part in the most
+	// rounds, by observer (docs/privacy.md); nil when the mechanism is not LDP.
+	Privacy  *privacy.Ledger `json:"privacy,omitempty"`
+	Restored bool            `json:"restored,omitempty"` // the global model was reloaded from the best checkpoint (patience)
+	Seconds  float64         `json:"seconds"`            // wall time since the run started
 }
 
 // Summary is summary.json: the outcome of a finished run, what a table of
@@ -68,8 +72,13 @@ type Summary struct {
 	UplinkBitsPerParam float64 `json:"uplink_bits_per_param"`
 	EpsilonPerRound    float64 `json:"epsilon_per_round"`
 	EpsilonSpent       float64 `json:"epsilon_spent"`
-	Seconds            float64 `json:"seconds"`
-	Seed               uint64  `json:"seed"`
+	// Privacy is the final ledger of the client that took part in the most
+	// rounds; ClientRounds the rounds each client took part in, from which
+	// privacy.Account gives any client's.
+	Privacy      *privacy.Ledger `json:"privacy,omitempty"`
+	ClientRounds []int           `json:"client_rounds,omitempty"`
+	Seconds      float64         `json:"seconds"`
+	Seed         uint64          `json:"seed"`
 }
 
 // Writer records a run as it happens. Each round goes to metrics.jsonl in a

@@ -69,7 +69,7 @@ func TestRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(run.Rounds, rs) {
 		t.Errorf("rounds read back differ:\n got %+v\nwant %+v", run.Rounds, rs)
 	}
-	if run.Summary == nil || *run.Summary != s {
+	if run.Summary == nil || !reflect.DeepEqual(*run.Summary, s) {
 		t.Errorf("summary read back %+v, want %+v", run.Summary, s)
 	}
 	if run.Name() != "run1" || run.Dir != dir {

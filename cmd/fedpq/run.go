@@ -13,6 +13,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 )
 
@@ -73,6 +74,7 @@ var runFlagHelp = [][2]string{
 	{"global_lr", "global learning rate lambda"},
 	{"patience", "reload the best global model after this many evaluations without improvement (0: never)"},
 	{"validation", "fraction of the training set the server holds out to select the model for patience (0: use the test set)"},
+	{"ledger_delta", "delta of the privacy ledger's composed bounds (docs/privacy.md)"},
 	{"seed", "seed of every random stream"},
 	{"workers", "clients trained in parallel (0: all cores)"},
 }
@@ -131,8 +133,37 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	fmt.Fprintf(stdout, "%s: %s on %s, %s, %d rounds\n", s.Name, s.Mechanism, s.Dataset, s.Model, s.Rounds)
 	fmt.Fprintf(stdout, "  final accuracy %.4f, best %.4f (round %d)\n", s.FinalAccuracy, s.BestAccuracy, s.BestRound)
 	fmt.Fprintf(stdout, "  uplink %.4g bits/param per client, %.4g MB in all\n", s.UplinkBitsPerParam, float64(s.UplinkBitsTotal)/8e6)
-	if s.EpsilonPerRound > 0 {
-		fmt.Fprintf(stdout, "  privacy: eps %g per parameter per round, %g spent by the most-sampled client (basic composition)\n", s.EpsilonPerRound, s.EpsilonSpent)
+	if l := s.Privacy; l != nil {
+		fmt.Fprintf(stdout, "  privacy of the most-sampled client (%d rounds, %d parameters; composed at delta %g):\n", l.Rounds, l.Parameters, l.Delta)
+		// Observers with the same guarantee share a line.
+		type observer struct {
+			who string
+			s   *privacy.Spent
+		}
+		var groups [][]observer
+		for _, o := range []observer{{"an eavesdropper on its uplink", l.Eavesdropper}, {"the server", l.Server}, {"a colluding partner", l.Partner}} {
+			if n := len(groups); n > 0 && reflect.DeepEqual(groups[n-1][0].s, o.s) {
+				groups[n-1] = append(groups[n-1], o)
+				continue
+			}
+			groups = append(groups, []observer{o})
+		}
+		for _, g := range groups {
+			var who []string
+			for _, o := range g {
+				who = append(who, o.who)
+			}
+			against := strings.Join(who, ", ")
+			if len(who) == 3 {
+				against = "anyone (eavesdropper, server, partner)"
+			}
+			if s := g[0].s; s == nil {
+				fmt.Fprintf(stdout, "    against %s: no guarantee in the worst case (docs/privacy.md)\n", against)
+			} else {
+				fmt.Fprintf(stdout, "    against %s: eps %.4g per parameter per round, %.4g over the rounds (%.4g basic); whole upload %.4g per round, %.4g over the rounds\n",
+					against, s.ParamRound, s.ParamOptimal, s.ParamBasic, s.UploadRound, s.UploadOptimal)
+			}
+		}
 	} else {
 		fmt.Fprintf(stdout, "  privacy: none (%s is not LDP)\n", s.Mechanism)
 	}
