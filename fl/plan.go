@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 )
 
@@ -117,6 +118,9 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		if err != nil {
 			return r, err
 		}
+		if e.cfg.Mechanism == "augcorbin" {
+			e.central(l, p)
+		}
 		r.Privacy = l
 	}
 	if p.T%e.cfg.EvalEvery == 0 || p.T == e.cfg.Rounds {
@@ -167,4 +171,30 @@ func Encode(m mech.Mechanism, perturb string, global, local [][]float32, ranges 
 		}
 	}
 	return payloads, nil
+}
+
+// central adds augcorbin's user-level central bound for round p to l: the
+// round's mean over the uploads received, of which those whose sender
+// quantized alone make the noise.
+func (e *Engine) central(l *privacy.Ledger, p *Plan) {
+	if e.cfg.Weighting != "mean" {
+		l.CentralNote = "the central bound is for equal weights (weighting: mean)"
+		return
+	}
+	alone := 0
+	for pos, ok := range p.got {
+		if ok && p.Round.Partner(pos) < 0 {
+			alone++
+		}
+	}
+	if alone == 0 {
+		l.CentralNote = "no client quantized alone"
+		return
+	}
+	eps, err := privacy.AugCorBinCentral(e.cfg.Mech.Epsilon, e.cfg.LedgerDelta, alone, e.params)
+	if err != nil {
+		l.CentralNote = err.Error()
+		return
+	}
+	l.Central = &eps
 }

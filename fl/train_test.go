@@ -460,7 +460,7 @@ func TestBadContentRefusedWhole(t *testing.T) {
 // TestLedger: each round's ledger is that of the client that took part in
 // the most rounds, with the guarantee of each observer.
 func TestLedger(t *testing.T) {
-	for _, m := range []string{"ldpq", "corbin", "none"} {
+	for _, m := range []string{"ldpq", "corbin", "augcorbin", "none"} {
 		cfg := baseConfig()
 		cfg.Mechanism, cfg.Rounds, cfg.ClientsPerRound = m, 4, 3
 		e, rounds := run(t, cfg, fakeTask(6, 8, func(int) int { return 2 }))
@@ -481,8 +481,10 @@ func TestLedger(t *testing.T) {
 		case last == nil || last.Rounds != most || last.Parameters != 8 || last.Eavesdropper == nil ||
 			last.Eavesdropper.ParamBasic != float64(most)*cfg.Mech.Epsilon:
 			t.Errorf("%s: ledger %+v after rounds %v", m, last, joined)
-		case (m == "corbin") != (last.Server == nil):
+		case (m == "ldpq") != (last.Server != nil):
 			t.Errorf("%s: server guarantee %+v", m, last.Server)
+		case (m == "augcorbin") != (last.CentralNote != ""):
+			t.Errorf("%s: central note %q", m, last.CentralNote)
 		}
 	}
 }

@@ -30,6 +30,11 @@ type Ledger struct {
 	Eavesdropper *Spent  `json:"eavesdropper"`
 	Server       *Spent  `json:"server"`
 	Partner      *Spent  `json:"partner"`
+	// Central is augcorbin's user-level central epsilon of the round's
+	// mean at Delta (AugCorBinCentral), when its condition holds;
+	// CentralNote says why there is none.
+	Central     *float64 `json:"central_round,omitempty"`
+	CentralNote string   `json:"central_note,omitempty"`
 }
 
 // Budget is a mechanism's privacy parameters as run: its name in package

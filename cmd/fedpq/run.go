@@ -164,6 +164,12 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 					against, s.ParamRound, s.ParamOptimal, s.ParamBasic, s.UploadRound, s.UploadOptimal)
 			}
 		}
+		switch {
+		case l.Central != nil:
+			fmt.Fprintf(stdout, "    central DP of the last round's mean (AugCorBin-FL Theorem 3, corrected): eps %.4g at delta %g\n", *l.Central, l.Delta)
+		case l.CentralNote != "":
+			fmt.Fprintf(stdout, "    central DP of the last round's mean (AugCorBin-FL Theorem 3, corrected): none: %s\n", l.CentralNote)
+		}
 	} else {
 		fmt.Fprintf(stdout, "  privacy: none (%s is not LDP)\n", s.Mechanism)
 	}
