@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fedpq/fedpq/data"
+	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 )
 
@@ -225,5 +226,23 @@ func TestQuickstartAsDocumented(t *testing.T) {
 		if math.Abs(s.FinalAccuracy-want) > 5e-5 {
 			t.Errorf("quick start with %s: final accuracy %.4f, the docs say %.4f", mechanism, s.FinalAccuracy, want)
 		}
+		if mechanism == "corbin" {
+			// The ledger the README and docs/privacy.md print.
+			l := s.Privacy
+			if l == nil || l.Rounds != 40 || l.Parameters != 610 || l.Server != nil || l.Partner != nil || l.Eavesdropper == nil {
+				t.Fatalf("quick start's ledger %+v", l)
+			}
+			e := l.Eavesdropper
+			for _, v := range [][3]float64{{e.ParamOptimal, 37.86, 0.005}, {e.ParamBasic, 40, 0}, {e.UploadRound, 371.6, 0.05}, {e.UploadOptimal, 1.186e4, 5}} {
+				if math.Abs(v[0]-v[1]) > v[2] {
+					t.Errorf("quick start's ledger: %.4g, the docs say %.4g", v[0], v[1])
+				}
+			}
+		}
+	}
+	// docs/privacy.md: the same run with gaussian (eps 1, delta 1e-5).
+	g, err := privacy.Account(privacy.Budget{Mechanism: "gaussian", Epsilon: 1, MechDelta: 1e-5}, 610, 40, 1e-5)
+	if err != nil || math.Abs(g.Server.ParamOptimal-9.577) > 5e-4 || math.Abs(g.Server.UploadRound-53.72) > 5e-3 {
+		t.Errorf("gaussian quick start's ledger %+v (%v), the docs say 9.577 and 53.72", g.Server, err)
 	}
 }

@@ -147,8 +147,9 @@ func (e *Engine) Enroll(k, examples int) error {
 }
 
 // Encode turns a client's trained weights into its upload's payloads: the
-// weights, or in updates mode their difference from the global model, each
-// tensor encoded by the mechanism in its range with the client's slot.
+// weights, or in updates mode their difference from the global model
+// (computed in place in local), each tensor encoded by the mechanism in its
+// range with the client's slot.
 func Encode(m mech.Mechanism, perturb string, global, local [][]float32, ranges []mech.Range, slot mech.Slot) ([][]byte, error) {
 	if len(local) != len(global) || len(ranges) != len(global) {
 		return nil, fmt.Errorf("fl: %d tensors, %d global and %d ranges", len(local), len(global), len(ranges))

@@ -205,9 +205,6 @@ func (e *Engine) Done() int { return e.done }
 // Rounds is the number of rounds the run has in all.
 func (e *Engine) Rounds() int { return e.cfg.Rounds }
 
-// Mechanism is the run's mechanism.
-func (e *Engine) Mechanism() mech.Mechanism { return e.m }
-
 // upload is one simulated client's upload for a round.
 type upload struct {
 	pos int // the client's position in the round

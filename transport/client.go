@@ -121,7 +121,7 @@ func permanent(err error) bool {
 		return true
 	}
 	switch status.Code(err) {
-	case codes.PermissionDenied, codes.InvalidArgument, codes.Unauthenticated:
+	case codes.PermissionDenied, codes.InvalidArgument:
 		return true
 	}
 	return false

@@ -11,7 +11,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -94,7 +93,6 @@ type session struct {
 	id       uint32
 	identity ed25519.PublicKey
 	examples int
-	addr     string
 	out      chan *pb.ServerMessage
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -413,12 +411,9 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 
 // finish tells every client the run is over.
 func (s *Server) finish() {
-	sum, _ := json.Marshal(struct {
-		Rounds int `json:"rounds"`
-	}{s.eng.Done()})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.finished = &pb.Finished{Rounds: uint32(s.eng.Done()), SummaryJson: string(sum)}
+	s.finished = &pb.Finished{Rounds: uint32(s.eng.Done())}
 	for _, ss := range s.sessions {
 		ss.send(&pb.ServerMessage{Body: &pb.ServerMessage_Finished{Finished: s.finished}})
 	}
@@ -501,7 +496,7 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	sess := &session{
-		id: id, identity: j.GetIdentity(), examples: int(j.GetExamples()), addr: addr,
+		id: id, identity: j.GetIdentity(), examples: int(j.GetExamples()),
 		out: make(chan *pb.ServerMessage, 16), ctx: sctx, cancel: cancel,
 	}
 	s.mu.Lock()

@@ -1010,8 +1010,7 @@ func (x *Receipt) GetError() string {
 // Finished ends the run.
 type Finished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rounds        uint32                 `protobuf:"varint,1,opt,name=rounds,proto3" json:"rounds,omitempty"`
-	SummaryJson   string                 `protobuf:"bytes,2,opt,name=summary_json,json=summaryJson,proto3" json:"summary_json,omitempty"`
+	Rounds        uint32                 `protobuf:"varint,1,opt,name=rounds,proto3" json:"rounds,omitempty"` // rounds the run had
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1051,13 +1050,6 @@ func (x *Finished) GetRounds() uint32 {
 		return x.Rounds
 	}
 	return 0
-}
-
-func (x *Finished) GetSummaryJson() string {
-	if x != nil {
-		return x.SummaryJson
-	}
-	return ""
 }
 
 var File_fedpq_proto protoreflect.FileDescriptor
@@ -1141,10 +1133,9 @@ const file_fedpq_proto_rawDesc = "" +
 	"\aReceipt\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1a\n" +
 	"\baccepted\x18\x02 \x01(\bR\baccepted\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"E\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\"\n" +
 	"\bFinished\x12\x16\n" +
-	"\x06rounds\x18\x01 \x01(\rR\x06rounds\x12!\n" +
-	"\fsummary_json\x18\x02 \x01(\tR\vsummaryJson2M\n" +
+	"\x06rounds\x18\x01 \x01(\rR\x06rounds2M\n" +
 	"\n" +
 	"Federation\x12?\n" +
 	"\aSession\x12\x17.fedpq.v1.ClientMessage\x1a\x17.fedpq.v1.ServerMessage(\x010\x01B*Z(github.com/fedpq/fedpq/transport/fedpqpbb\x06proto3"
