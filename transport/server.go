@@ -377,6 +377,7 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
+wait:
 	for {
 		s.mu.Lock()
 		open := slices.Contains(rd.state, waiting)
@@ -387,13 +388,12 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		}
 		select {
 		case <-ch:
-			continue
 		case <-timer.C:
 			s.log.Printf("round %d: deadline passed", t)
+			break wait
 		case <-ctx.Done():
 			return report.Round{}, ctx.Err()
 		}
-		break
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

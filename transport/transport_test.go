@@ -612,3 +612,25 @@ func TestMatchesSimulation(t *testing.T) {
 		t.Errorf("accuracy: deployed %.4f, simulated %.4f", dep.FinalAccuracy, sim.FinalAccuracy)
 	}
 }
+
+// TestDeadline: a client that hangs without disconnecting is cut off by
+// the round's deadline; the round ends with the uploads it has.
+func TestDeadline(t *testing.T) {
+	c := runConfig(t, "ldpq", 2, 1)
+	ts := serve(t, ServerConfig{Run: c, RoundTimeout: 500 * time.Millisecond}, "127.0.0.1:0")
+	hung := dial(t, ts.addr)
+	if err := hung.join(1, 2, token); err != nil {
+		t.Fatal(err)
+	}
+	cl := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 2})
+	ts.wait(t)
+	cl.wait(t)
+	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[1]" {
+		t.Errorf("uploads per round %s, want [1]", got)
+	}
+	for _, want := range []string{"deadline passed", "no upload from client 1 by the deadline"} {
+		if !strings.Contains(ts.log.String(), want) {
+			t.Errorf("server log lacks %q", want)
+		}
+	}
+}
