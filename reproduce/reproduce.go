@@ -15,10 +15,10 @@
 // column is invented: each is transcribed from the text or computed from a
 // formula the paper states, and the table says which.
 //
-// This file holds the registry; one file per paper holds its experiments.
-// They are distributed-mean-estimation experiments (fast); the papers'
-// training experiments are listed in docs/reproduction.md as not yet
-// reproduced.
+// This file holds the registry; one file per paper holds its
+// distributed-mean-estimation experiments (the mechanisms alone, seconds),
+// and train.go runs the training experiments (grids of fedpq runs,
+// minutes) that ldpfl.go, corbin_train.go and jopeq_train.go define.
 package reproduce
 
 import (
@@ -44,8 +44,8 @@ type Options struct {
 	// Out is the directory the table (<name>.md) and the raw numbers
 	// (<name>.json) are written to; "" writes nothing.
 	Out string
-	// DataDir is the directory of the datasets; the distributed-mean-
-	// estimation experiments need none.
+	// DataDir is the directory of the datasets (see data.Dir); the
+	// training experiments read MNIST and Fashion-MNIST from it.
 	DataDir string
 	// Progress, if not nil, receives a line per finished step.
 	Progress io.Writer

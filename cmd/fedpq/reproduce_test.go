@@ -208,3 +208,88 @@ func TestReproduceQuickClaims(t *testing.T) {
 		}
 	})
 }
+
+// TestReproduceTraining runs every training experiment in quick mode on the
+// shared MNIST and Fashion-MNIST, and checks what quick mode can show:
+// every cell ran and kept its run directory, each mechanism sent its
+// number of bits, privacy costs accuracy where it must even after two
+// rounds, and the same seed gives the same accuracies.
+func TestReproduceTraining(t *testing.T) {
+	data := sharedDatasets(t)
+	dir := t.TempDir()
+	names := []string{"ldpfl-mnist", "ldpfl-fmnist", "corbin-bits", "corbin-dropout", "corbin-clients", "corbin-mnist", "jopeq-accuracy"}
+	code, out, errOut := runCLI(append([]string{"reproduce", "--quick", "--quiet", "--data-dir", data, "--out", dir}, names...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	rows := map[string][]reproduce.TrainRow{}
+	for _, n := range names {
+		if !strings.Contains(out, "### "+n+": ") {
+			t.Errorf("output lacks the %s section", n)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, n+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Mode   string
+			Checks []reproduce.Check
+			Rows   []reproduce.TrainRow
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Mode != "quick" || len(r.Rows) < 3 || len(r.Checks) == 0 {
+			t.Fatalf("%s: mode %q, %d rows, %d checks", n, r.Mode, len(r.Rows), len(r.Checks))
+		}
+		rows[n] = r.Rows
+		for _, c := range r.Rows {
+			want := map[string]float64{"none": 32, "ldpq": 1, "corbin": 1, "sdq": 1, "laplace": 32, "laplace+sdq": 1, "jopeq-compat": 2}[c.Mechanism] // jopeq-compat: 2^R + 1 levels
+			if len(c.Accuracy) != 1 || !(c.Mean > 0.05 && c.Mean <= 1) || c.SD != 0 || len(c.Dirs) != 1 {
+				t.Errorf("%s %s %s: accuracy %v, mean %v, sd %v, dirs %v", n, c.Row, c.Col, c.Accuracy, c.Mean, c.SD, c.Dirs)
+				continue
+			}
+			// The message sizes; jopeq pays its per-tensor scale on top.
+			if want != 0 && math.Abs(c.BitsPerParam-want) > 0.01 {
+				t.Errorf("%s %s %s: %v bits per parameter, want %v", n, c.Row, c.Col, c.BitsPerParam, want)
+			}
+			if _, err := os.Stat(filepath.Join(c.Dirs[0], "summary.json")); err != nil {
+				t.Errorf("%s %s %s: %v", n, c.Row, c.Col, err)
+			}
+		}
+	}
+	acc := func(name, row, col string) float64 {
+		for _, r := range rows[name] {
+			if r.Row == row && r.Col == col {
+				return r.Mean
+			}
+		}
+		t.Fatalf("%s: no cell %s, %s", name, row, col)
+		return 0
+	}
+	// Even two rounds of a tenth of the clients show eps = 0.1 destroying
+	// the model and eps = 10 keeping most of it (LDP-FL's Table 1 pattern).
+	for _, tc := range []struct{ name, row string }{{"ldpfl-mnist", "MNIST (n = 100)"}, {"ldpfl-fmnist", "Fashion-MNIST (n = 200)"}} {
+		low, high, free := acc(tc.name, tc.row, "eps 0.1"), acc(tc.name, tc.row, "eps 10"), acc(tc.name, tc.row, "noise-free")
+		if !(low < 0.25 && high > 0.6 && free > 0.6) {
+			t.Errorf("%s: eps 0.1 %v, eps 10 %v, noise-free %v", tc.name, low, high, free)
+		}
+	}
+	// JoPEQ Table I: FL without privacy above the separate Laplace + SDQ.
+	for _, col := range []string{"Linear", "MLP"} {
+		if fl, sep := acc("jopeq-accuracy", "FL", col), acc("jopeq-accuracy", "FL+Lap+SDQ", col); !(fl > sep) {
+			t.Errorf("jopeq-accuracy %s: FL %v, FL+Lap+SDQ %v", col, fl, sep)
+		}
+	}
+	// The same seed, the same accuracies.
+	again := t.TempDir()
+	if code, _, errOut := runCLI("reproduce", "--quick", "--quiet", "--data-dir", data, "--out", again, "ldpfl-mnist"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	b1, _ := os.ReadFile(filepath.Join(dir, "ldpfl-mnist.md"))
+	b2, _ := os.ReadFile(filepath.Join(again, "ldpfl-mnist.md"))
+	table := func(b []byte) string { s := string(b); return s[strings.Index(s, "Final test accuracy"):] }
+	if table(b1) != table(b2) {
+		t.Errorf("ldpfl-mnist twice with seed 1:\n%s\n%s", table(b1), table(b2))
+	}
+}
