@@ -10,14 +10,18 @@ import (
 // over the rounds it took part in. Composed bounds are (epsilon, Delta)-DP
 // with the Delta of the Ledger; Basic ones hold with delta 0 for the
 // pure-eps mechanisms, and for gaussian with k (per parameter) or k d (per
-// upload) times its delta.
+// upload) times its delta, which gaussian's Advanced ones add to Delta.
+// Advanced is never below Optimal; it is reported because it is the bound
+// most papers quote.
 type Spent struct {
-	ParamRound    float64 `json:"param_round"`    // one parameter, one round
-	ParamBasic    float64 `json:"param_basic"`    // one parameter, over the rounds: k eps
-	ParamOptimal  float64 `json:"param_optimal"`  // one parameter, over the rounds: Optimal (zCDP for gaussian)
-	UploadRound   float64 `json:"upload_round"`   // the d parameters of one round: Optimal (zCDP for gaussian)
-	UploadBasic   float64 `json:"upload_basic"`   // the d parameters, over the rounds: k d eps
-	UploadOptimal float64 `json:"upload_optimal"` // the d parameters, over the rounds: Optimal (zCDP for gaussian)
+	ParamRound     float64 `json:"param_round"`     // one parameter, one round
+	ParamBasic     float64 `json:"param_basic"`     // one parameter, over the rounds: k eps
+	ParamAdvanced  float64 `json:"param_advanced"`  // one parameter, over the rounds: Advanced
+	ParamOptimal   float64 `json:"param_optimal"`   // one parameter, over the rounds: Optimal (zCDP for gaussian)
+	UploadRound    float64 `json:"upload_round"`    // the d parameters of one round: Optimal (zCDP for gaussian)
+	UploadBasic    float64 `json:"upload_basic"`    // the d parameters, over the rounds: k d eps
+	UploadAdvanced float64 `json:"upload_advanced"` // the d parameters, over the rounds: Advanced
+	UploadOptimal  float64 `json:"upload_optimal"`  // the d parameters, over the rounds: Optimal (zCDP for gaussian)
 }
 
 // Ledger is a client's privacy after it took part in Rounds rounds of d
@@ -69,6 +73,11 @@ func Account(b Budget, d, k int, delta float64) (Ledger, error) {
 			s, err = gaussianSpent(eps, b.MechDelta, d, k, delta)
 		} else {
 			s, err = pureSpent(eps, d, k, delta)
+		}
+		if err == nil && k > 0 {
+			if s.ParamAdvanced, err = Advanced(eps, k, delta); err == nil {
+				s.UploadAdvanced, err = Advanced(eps, k*d, delta)
+			}
 		}
 		if err != nil {
 			return l, err

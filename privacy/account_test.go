@@ -24,6 +24,18 @@ func TestAccount(t *testing.T) {
 	if !(s.ParamOptimal <= s.ParamBasic && s.UploadOptimal < s.UploadBasic && s.UploadRound < d) {
 		t.Errorf("ldpq: a composed bound above the basic one: %+v", s)
 	}
+	// Advanced composition at eps = 1 is no better than basic: its term
+	// k eps (e^eps - 1) alone exceeds k eps.
+	if s.ParamAdvanced != s.ParamBasic || s.UploadAdvanced != s.UploadBasic {
+		t.Errorf("ldpq at eps 1: advanced %v, %v; want the basic %v, %v", s.ParamAdvanced, s.UploadAdvanced, s.ParamBasic, s.UploadBasic)
+	}
+	// At eps = 0.1 it is below basic and above optimal, and is the theorem's formula.
+	l, _ = Account(Budget{Mechanism: "laplace", Epsilon: 0.1}, d, k, delta)
+	a := l.Server
+	want := math.Sqrt(2*k*d*math.Log(1/delta))*0.1 + k*d*0.1*math.Expm1(0.1)
+	if math.Abs(a.UploadAdvanced-want) > 1e-9*want || !(a.UploadOptimal < a.UploadAdvanced && a.UploadAdvanced < a.UploadBasic) {
+		t.Errorf("laplace at eps 0.1: upload optimal %v, advanced %v (formula %v), basic %v", a.UploadOptimal, a.UploadAdvanced, want, a.UploadBasic)
+	}
 
 	l, err = Account(Budget{Mechanism: "corbin", Epsilon: 1}, d, k, delta)
 	if err != nil {

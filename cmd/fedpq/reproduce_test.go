@@ -16,7 +16,7 @@ func TestReproduceList(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"NAME", "corbin-mse", "coq-variance", "mvu-dme", "jopeq-snr", "CorBin-FL", "CoQ-FL", "MVU", "JoPEQ", "Fig. 4", "docs/reproduction.md"} {
+	for _, want := range []string{"NAME", "corbin-mse", "coq-variance", "mvu-dme", "jopeq-snr", "CorBin-FL", "CoQ-FL", "MVU", "JoPEQ", "Fig. 4", "docs/reproduction.md", "ldpfl-mnist", "LDP-FL", "Table 1", "corbin-clients", "jopeq-accuracy"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--list lacks %q:\n%s", want, out)
 		}

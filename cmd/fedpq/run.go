@@ -160,8 +160,8 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 			if s := g[0].s; s == nil {
 				fmt.Fprintf(stdout, "    against %s: no guarantee in the worst case (docs/privacy.md)\n", against)
 			} else {
-				fmt.Fprintf(stdout, "    against %s: eps %.4g per parameter per round, %.4g over the rounds (%.4g basic); whole upload %.4g per round, %.4g over the rounds\n",
-					against, s.ParamRound, s.ParamOptimal, s.ParamBasic, s.UploadRound, s.UploadOptimal)
+				fmt.Fprintf(stdout, "    against %s: eps %.4g per parameter per round, %.4g over the rounds (%.4g basic, %.4g advanced); whole upload %.4g per round, %.4g over the rounds\n",
+					against, s.ParamRound, s.ParamOptimal, s.ParamBasic, s.ParamAdvanced, s.UploadRound, s.UploadOptimal)
 			}
 		}
 		switch {
