@@ -109,13 +109,6 @@ func (tb ldpflTable) spec() trainSpec {
 	}
 }
 
-func clientsPerRound(c experiment.Config) string {
-	if c.ClientsPerRound == 0 || c.ClientsPerRound == c.Clients {
-		return "all"
-	}
-	return fmt.Sprintf("%d", c.ClientsPerRound)
-}
-
 // checks tests Table 1's pattern: no learning at the smallest eps, and
 // within 2 points of noise-free exactly where the paper is.
 func (tb ldpflTable) checks(t trainTable) []Check {

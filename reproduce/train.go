@@ -206,6 +206,14 @@ func (t trainTable) markdown(seeds int) string {
 		"\nUplink bits per parameter per client (headers included): " + strings.Join(up, ", ") + ".\n"
 }
 
+// clientsPerRound says how many clients a round samples.
+func clientsPerRound(c experiment.Config) string {
+	if c.ClientsPerRound == 0 || c.ClientsPerRound == c.Clients {
+		return "all"
+	}
+	return fmt.Sprintf("%d", c.ClientsPerRound)
+}
+
 func percent(v float64) string { return fmt.Sprintf("%.2f%%", 100*v) }
 
 // slug makes a label a directory name: letters, digits, '.', '-' and '_'.
