@@ -106,15 +106,15 @@ func corbinBits() trainSpec {
 			above := true
 			for _, d := range []int{3, 5, 7} {
 				a := t.acc("corbin", fmt.Sprintf("d = %d", d))
-				gains = append(gains, fmt.Sprintf("d = %d: %+.2f", d, 100*(a-ldpq)))
+				gains = append(gains, fmt.Sprintf("d = %d: %s", d, t.diff("corbin", fmt.Sprintf("d = %d", d), "ldpq (LDP-FL)", "no shared bits")))
 				above = above && a > ldpq
 			}
 			d5, d7 := t.acc("corbin", "d = 5"), t.acc("corbin", "d = 7")
 			return []Check{
-				check("Sec. V: CorBin-FL is more accurate than LDP-FL at every d in {3, 5, 7}", above,
-					"mean accuracy minus ldpq's, points: %s", strings.Join(gains, "; ")),
+				check("Sec. V: CorBin-FL is more accurate than LDP-FL at every d in {3, 5, 7} (mean over the seeds)", above,
+					"mean accuracy minus ldpq's, points ± standard error over the seeds: %s", strings.Join(gains, "; ")),
 				check("Sec. V: the gains saturate at d = 5 (d = 7 no better than d = 5 by more than 0.5 points)", d7-d5 <= 0.005,
-					"d = 7 minus d = 5: %+.2f points", 100*(d7-d5)),
+					"d = 7 minus d = 5: %s points", t.diff("corbin", "d = 7", "corbin", "d = 5")),
 			}
 		},
 		notes: append([]string{"The paper runs Experiment 2 on CIFAR-10 with ResNet18 and 50 clients; fedpq on MNIST with JoPEQ's MLP (25,818 parameters), 3 seeds."}, corbinNotes...),
@@ -147,14 +147,14 @@ func corbinDropout() trainSpec {
 			for _, p := range dropouts {
 				col := fmt.Sprintf("p = %g", p)
 				a, b := t.acc("corbin", col), t.acc("ldpq", col)
-				gaps = append(gaps, fmt.Sprintf("p = %g: %+.2f", p, 100*(a-b)))
+				gaps = append(gaps, fmt.Sprintf("p = %g: %s", p, t.diff("corbin", col, "ldpq", col)))
 				above = above && a > b
 			}
 			return []Check{
 				check("Sec. V: accuracy does not fall significantly at dropout p = 0.5 (within 2 points of p = 0)", p0-p5 <= 0.02,
-					"corbin at p = 0: %s, at p = 0.5: %s", percent(p0), percent(p5)),
+					"corbin at p = 0: %s, at p = 0.5: %s; difference %s points", percent(p0), percent(p5), t.diff("corbin", "p = 0.5", "corbin", "p = 0")),
 				check("CorBin-FL stays above LDP-FL under dropout (not a claim of the paper; its Fig. 2(b) shows CorBin-FL only)", above,
-					"corbin minus ldpq, points: %s", strings.Join(gaps, "; ")),
+					"corbin minus ldpq, points (± standard error over the seeds, if several): %s", strings.Join(gaps, "; ")),
 			}
 		},
 		notes: append([]string{
@@ -202,7 +202,7 @@ func corbinClients() trainSpec {
 				if math.IsNaN(a) {
 					continue
 				}
-				gaps = append(gaps, fmt.Sprintf("n = %d: %+.2f", n, 100*(a-b)))
+				gaps = append(gaps, fmt.Sprintf("n = %d: %s", n, t.diff("corbin", col, "ldpq", col)))
 				above = above && a > b
 			}
 			return []Check{check("Sec. V: CorBin-FL outperforms LDP-FL at every number of clients from 50 to 500", above,

@@ -243,6 +243,22 @@ func meanSD(xs []float64) (mean, sd float64) {
 	return mean, se * math.Sqrt(float64(len(xs)))
 }
 
+// diff is the difference of two cells' mean accuracies in points, with its
+// standard error over the seeds when there are several ("+0.49 ± 0.34").
+func (t trainTable) diff(rowA, colA, rowB, colB string) string {
+	a, okA := t.get(rowA, colA)
+	b, okB := t.get(rowB, colB)
+	if !okA || !okB {
+		return "-"
+	}
+	d := fmt.Sprintf("%+.2f", 100*(a.Mean-b.Mean))
+	if len(a.Accuracy) > 1 && len(b.Accuracy) > 1 {
+		se := math.Hypot(a.SD/math.Sqrt(float64(len(a.Accuracy))), b.SD/math.Sqrt(float64(len(b.Accuracy))))
+		d += fmt.Sprintf(" ± %.2f", 100*se)
+	}
+	return d
+}
+
 // check builds a Check from a condition and its detail.
 func check(claim string, holds bool, detail string, args ...any) Check {
 	return Check{Claim: claim, Holds: holds, Detail: fmt.Sprintf(detail, args...)}

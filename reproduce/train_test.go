@@ -121,6 +121,18 @@ func TestTrainMarkdown(t *testing.T) {
 	if got := tb.markdown(3); !strings.HasSuffix(got, want) {
 		t.Errorf("got\n%s\nwant suffix\n%s", got, want)
 	}
+	// Difference of means with the standard error sqrt(sdA^2/nA + sdB^2/nB).
+	tb = trainTable{
+		{Row: "a", Col: "x", Accuracy: []float64{0.90, 0.92, 0.94}, Mean: 0.92, SD: 0.02},
+		{Row: "b", Col: "x", Accuracy: []float64{0.89, 0.90, 0.91}, Mean: 0.90, SD: 0.01},
+		{Row: "c", Col: "x", Accuracy: []float64{0.5}, Mean: 0.5},
+	}
+	if got, want := tb.diff("a", "x", "b", "x"), fmt.Sprintf("+2.00 ± %.2f", 100*math.Sqrt(0.0004/3+0.0001/3)); got != want {
+		t.Errorf("diff: %q, want %q", got, want)
+	}
+	if got := tb.diff("c", "x", "b", "x"); got != "-40.00" {
+		t.Errorf("diff with one seed: %q", got)
+	}
 	for in, want := range map[string]string{"MNIST (n = 100) eps 0.1": "mnist_n_100_eps_0.1", "FL+Lap+SDQ MLP": "fl-lap-sdq_mlp", "fedpq's eps-LDP jopeq CNN": "fedpq_s_eps-ldp_jopeq_cnn"} {
 		if got := slug(in); got != want {
 			t.Errorf("slug(%q) = %q, want %q", in, got, want)
