@@ -36,7 +36,8 @@ type TrainRow struct {
 	Paper        *float64 `json:"paper_accuracy,omitempty"`
 	BitsPerParam float64  `json:"bits_per_param"`
 	Seconds      float64  `json:"seconds"`
-	// Dirs are the run directories, one per seed ("" when not kept).
+	// Dirs are the run directories, one per seed (none when Options.Out is
+	// "": the runs then go to a temporary directory that is removed).
 	Dirs []string `json:"run_dirs,omitempty"`
 }
 
