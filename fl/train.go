@@ -393,15 +393,17 @@ func (e *Engine) evaluate(r *report.Round) error {
 		return err
 	}
 	r.Accuracy, r.Loss = &acc, &loss
+	judged := acc
 	if v := e.task.Validation; v != nil {
 		train := e.task.Data.Train
-		if acc, _, err = e.task.Trainers[0].Evaluate(e.global, train.X, train.Y, v); err != nil {
+		val, _, err := e.task.Trainers[0].Evaluate(e.global, train.X, train.Y, v)
+		if err != nil {
 			return err
 		}
-		r.ValAccuracy = &acc
+		r.ValAccuracy, judged = &val, val
 	}
-	if acc > e.bestAcc {
-		e.bestAcc, e.since = acc, 0
+	if judged > e.bestAcc {
+		e.bestAcc, e.since = judged, 0
 		e.best = clone(e.global)
 		return nil
 	}

@@ -303,6 +303,12 @@ func TestPatienceOnValidation(t *testing.T) {
 	for i, want := range []bool{false, true, false} {
 		if rounds[i].Restored != want || rounds[i].ValAccuracy == nil {
 			t.Errorf("round %d: restored %v (want %v), validation accuracy %v", i+1, rounds[i].Restored, want, rounds[i].ValAccuracy)
+			continue
+		}
+		// Each round reports the test accuracy as accuracy and the
+		// validation split's as val_accuracy, not one for the other.
+		if test, val := *rounds[i].Accuracy, *rounds[i].ValAccuracy; test != task.Trainers[0].(*fakeTrainer).accs[2*i] || val != task.Trainers[0].(*fakeTrainer).accs[2*i+1] {
+			t.Errorf("round %d: accuracy %v, validation %v", i+1, test, val)
 		}
 	}
 }
