@@ -29,13 +29,13 @@ func init() {
 		spec                                trainSpec
 	}{
 		{"corbin-bits", "Experiment 2 (Fig. 2(a)): accuracy against the shared bits per parameter d",
-			"MNIST, 50 clients, MLP, eps 1: corbin with d = 1, 3, 5, 7 against ldpq (no shared bits), 3 seeds", "5 s", "6 min", corbinBits()},
+			"MNIST, 50 clients, MLP, eps 1: corbin with d = 1, 3, 5, 7 against ldpq (no shared bits), 3 seeds", "5 s", "5 min", corbinBits()},
 		{"corbin-dropout", "Experiment 3 (Fig. 2(b)): accuracy against the dropout probability",
-			"MNIST, 50 clients, MLP, eps 1: corbin and ldpq with clients dropping out with probability 0, 0.1, 0.3, 0.5, 3 seeds", "8 s", "10 min", corbinDropout()},
+			"MNIST, 50 clients, MLP, eps 1: corbin and ldpq with clients dropping out with probability 0, 0.1, 0.3, 0.5, 3 seeds", "8 s", "8 min", corbinDropout()},
 		{"corbin-clients", "Experiment 4 (Fig. 2(c)): accuracy against the number of clients",
-			"MNIST, 50 to 500 clients, MLP, batch 32, eps 5: corbin, ldpq and no privacy", "6 s", "6 min", corbinClients()},
+			"MNIST, 50 to 500 clients, MLP, batch 32, eps 5: corbin, ldpq and no privacy", "6 s", "4 min", corbinClients()},
 		{"corbin-mnist", "Experiment 7 (Fig. 3(c)): MNIST at eps = 0.5, CorBin-FL against LDP-FL and vanilla FL",
-			"MNIST, 50 clients, cnn2, eps 0.5: corbin, ldpq and no privacy", "2 s", "8 min", corbinMNIST()},
+			"MNIST, 50 clients, cnn2, eps 0.5: corbin, ldpq and no privacy", "2 s", "12 min", corbinMNIST()},
 	} {
 		spec, name := e.spec, e.name
 		register(Experiment{
@@ -244,6 +244,6 @@ func corbinMNIST() trainSpec {
 					"vanilla FL %s, corbin %s: %.2f points below", percent(none), percent(corbin), 100*(none-corbin)),
 			}
 		},
-		notes: append([]string{"Model: the paper uses a \"two-layer VGG\"; fedpq has its code's MNIST CNN as `corbin-cnn` (225,034 parameters), but one run of it is about 25 minutes on this project's 2 cores; the table uses `cnn2` (a two-layer CNN, 6,422 parameters), one seed per cell."}, corbinNotes...),
+		notes: append([]string{"Model: the paper uses a \"two-layer VGG\"; fedpq has its code's MNIST CNN as `corbin-cnn` (225,034 parameters), but one run of it would take about 25 minutes on this project's 2 cores (7,500 steps of 64 at models.md's 193 ms per step); the table uses `cnn2` (a two-layer CNN, 6,422 parameters), one seed per cell."}, corbinNotes...),
 	}
 }

@@ -42,7 +42,7 @@ func init() {
 		name  string
 		table ldpflTable
 		full  string
-	}{{"ldpfl-mnist", ldpflMNIST, "9 min"}, {"ldpfl-fmnist", ldpflFMNIST, "14 min"}} {
+	}{{"ldpfl-mnist", ldpflMNIST, "21 min"}, {"ldpfl-fmnist", ldpflFMNIST, "36 min"}} {
 		tb := t.table
 		register(Experiment{
 			Name:       t.name,
@@ -100,7 +100,7 @@ func (tb ldpflTable) spec() trainSpec {
 		checks: tb.checks,
 		notes: []string{
 			"The paper's numbers are its Table 1 (averages of ten runs); fedpq's are one run each (`--seed` gives others).",
-			"Model: the paper says only \"a two-layer CNN\". fedpq has `ldpfl-cnn` (the usual PyTorch two-layer CNN, 582,026 parameters), but one run of it takes about 11 minutes per 10 rounds on this project's 2 cores; the table uses `cnn2` (two 5x5 convolutions of 6 channels, fc50, 6,422 parameters), also a two-layer CNN, about 1 minute per 10 rounds. The per-parameter noise of ldpq does not depend on the model's size; what the model changes is how much a clipped, noisy weight costs in accuracy.",
+			"Model: the paper says only \"a two-layer CNN\". fedpq has `ldpfl-cnn` (the usual PyTorch two-layer CNN, 582,026 parameters), but on this project's 2 cores one 10-round MNIST run of it took 19 minutes in the `GOEXPERIMENT=simd` build (beside another run), and the default build is about 5 times slower; the table uses `cnn2` (two 5x5 convolutions of 6 channels, fc50, 6,422 parameters), also a two-layer CNN, 3 to 4 minutes per 10-round MNIST run. The per-parameter noise of ldpq does not depend on the model's size; what the model changes is how much a clipped, noisy weight costs in accuracy (docs/reproduction.md runs single cells with ldpfl-cnn).",
 			"Local training: the paper states the learning rate (0.03) but not the batch size or the local epochs; fedpq uses batch 10 and one epoch per round, without momentum.",
 			"Rounds: the paper's Sec. 5.2 says 10 communication rounds for MNIST and 15 for Fashion-MNIST; Table 1 does not repeat them.",
 			"Test set: the standard 10,000 test images; no validation split and no model selection (the final round's model is reported).",
