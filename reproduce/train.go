@@ -190,18 +190,25 @@ func (t trainTable) markdown(seeds int) string {
 		}
 		tb.add(ours...)
 	}
-	// The uplink, by mechanism, in the order the mechanisms first appear.
+	// The uplink, by mechanism, in the order the mechanisms first appear;
+	// a range where the headers weigh differently on different models.
 	var mechs []string
-	bits := map[string]float64{}
+	lo, hi := map[string]float64{}, map[string]float64{}
 	for _, r := range t {
-		if _, ok := bits[r.Mechanism]; !ok {
+		if _, ok := lo[r.Mechanism]; !ok {
 			mechs = append(mechs, r.Mechanism)
+			lo[r.Mechanism], hi[r.Mechanism] = r.BitsPerParam, r.BitsPerParam
 		}
-		bits[r.Mechanism] = r.BitsPerParam
+		lo[r.Mechanism] = math.Min(lo[r.Mechanism], r.BitsPerParam)
+		hi[r.Mechanism] = math.Max(hi[r.Mechanism], r.BitsPerParam)
 	}
 	var up []string
 	for _, m := range mechs {
-		up = append(up, fmt.Sprintf("%s %.4g", m, bits[m]))
+		b := fmt.Sprintf("%.4g", lo[m])
+		if hi[m] != lo[m] {
+			b += fmt.Sprintf(" to %.4g", hi[m])
+		}
+		up = append(up, m+" "+b)
 	}
 	return "Final test accuracy:\n\n" + tb.String() +
 		"\nUplink bits per parameter per client (headers included): " + strings.Join(up, ", ") + ".\n"

@@ -115,9 +115,10 @@ func TestTrainMarkdown(t *testing.T) {
 	tb := trainTable{
 		{Row: "a", Col: "x", Mechanism: "ldpq", BitsPerParam: 1, Mean: 0.25, SD: 0.01, Paper: &p},
 		{Row: "b", Col: "y", Mechanism: "none", BitsPerParam: 32, Mean: 0.75, SD: 0.02},
+		{Row: "a", Col: "y", Mechanism: "ldpq", BitsPerParam: 1.5, Mean: 0.5},
 	}
-	want := "| a, paper | 50.00% | - |\n| a, fedpq (mean ± sd, 3 seeds) | 25.00% ± 1.00 | - |\n| b, fedpq (mean ± sd, 3 seeds) | - | 75.00% ± 2.00 |\n" +
-		"\nUplink bits per parameter per client (headers included): ldpq 1, none 32.\n"
+	want := "| a, paper | 50.00% | - |\n| a, fedpq (mean ± sd, 3 seeds) | 25.00% ± 1.00 | 50.00% ± 0.00 |\n| b, fedpq (mean ± sd, 3 seeds) | - | 75.00% ± 2.00 |\n" +
+		"\nUplink bits per parameter per client (headers included): ldpq 1 to 1.5, none 32.\n"
 	if got := tb.markdown(3); !strings.HasSuffix(got, want) {
 		t.Errorf("got\n%s\nwant suffix\n%s", got, want)
 	}
