@@ -297,7 +297,8 @@ func TestPatienceOnValidation(t *testing.T) {
 	cfg.Workers = 1
 	task := fakeTask(3, 2, func(int) int { return 1 })
 	// test, validation for each round: test rises, validation falls at round 2.
-	task.Trainers = []Trainer{&fakeTrainer{dim: 2, accs: []float64{0.5, 0.9, 0.6, 0.8, 0.7, 0.95}}}
+	ft := &fakeTrainer{dim: 2, accs: []float64{0.5, 0.9, 0.6, 0.8, 0.7, 0.95}}
+	task.Trainers = []Trainer{ft}
 	task.Validation = []int{0}
 	_, rounds := run(t, cfg, task)
 	for i, want := range []bool{false, true, false} {
@@ -307,7 +308,7 @@ func TestPatienceOnValidation(t *testing.T) {
 		}
 		// Each round reports the test accuracy as accuracy and the
 		// validation split's as val_accuracy, not one for the other.
-		if test, val := *rounds[i].Accuracy, *rounds[i].ValAccuracy; test != task.Trainers[0].(*fakeTrainer).accs[2*i] || val != task.Trainers[0].(*fakeTrainer).accs[2*i+1] {
+		if test, val := *rounds[i].Accuracy, *rounds[i].ValAccuracy; test != ft.accs[2*i] || val != ft.accs[2*i+1] {
 			t.Errorf("round %d: accuracy %v, validation %v", i+1, test, val)
 		}
 	}

@@ -65,6 +65,11 @@ func TestAccount(t *testing.T) {
 	if !(g.ParamOptimal < g.ParamBasic) {
 		t.Errorf("gaussian: zCDP %v not below basic %v", g.ParamOptimal, g.ParamBasic)
 	}
+	// Its advanced bound is the theorem's at eps (capped at basic), which
+	// holds with delta plus k times the mechanism's delta.
+	if adv, _ := Advanced(1, k, delta); g.ParamAdvanced != adv || g.ParamAdvanced > g.ParamBasic {
+		t.Errorf("gaussian: advanced %v, want %v (basic %v)", g.ParamAdvanced, adv, g.ParamBasic)
+	}
 
 	if _, err := Account(Budget{Mechanism: "ldpq", Epsilon: 1}, 0, k, delta); err == nil {
 		t.Error("no parameters accepted")

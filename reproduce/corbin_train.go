@@ -74,14 +74,6 @@ var corbinNotes = []string{
 	"Data: the paper splits all samples 80/20 into training and test sets; fedpq keeps MNIST's own 60,000/10,000 split and holds out 20% of the training set for validation, as the paper does.",
 }
 
-// seedsFull: the cheap MLP experiments run 3 seeds in full mode.
-func seedsFull(quick bool) int {
-	if quick {
-		return 1
-	}
-	return 3
-}
-
 func corbinBits() trainSpec {
 	return trainSpec{
 		cells: func(quick bool) []cell {
@@ -96,7 +88,7 @@ func corbinBits() trainSpec {
 			}
 			return cells
 		},
-		seeds: seedsFull,
+		seeds: 3, // the MLP runs are cheap
 		settings: func(quick bool) string {
 			return corbinSettings(corbinBase(quick), "corbin at eps = 1 with d shared bits per parameter, against ldpq at eps = 1 (the paper's Experiment 2 has eps = 1 and d in {3, 5, 7}; d = 1 is added to show the trend).")
 		},
@@ -136,7 +128,7 @@ func corbinDropout() trainSpec {
 			}
 			return cells
 		},
-		seeds: seedsFull,
+		seeds: 3, // the MLP runs are cheap
 		settings: func(quick bool) string {
 			return corbinSettings(corbinBase(quick), "Each sampled client drops out before uploading with probability p; its partner, unaware, is then an exact ldpq client, and the server divides by the uploads it received. eps = 1, d = 5.")
 		},
@@ -188,7 +180,6 @@ func corbinClients() trainSpec {
 			}
 			return cells
 		},
-		seeds: func(bool) int { return 1 },
 		settings: func(quick bool) string {
 			c := cfg(quick, "corbin", 50)
 			return corbinSettings(c, "n clients share the training set (fewer examples each as n grows); corbin and ldpq at eps = 5, d = 5; none is federated averaging of float32 updates, unclipped. The settings above are n = 50's.")
@@ -230,7 +221,6 @@ func corbinMNIST() trainSpec {
 			}
 			return cells
 		},
-		seeds: func(bool) int { return 1 },
 		settings: func(quick bool) string {
 			return corbinSettings(cfg(quick, "corbin"), "corbin and ldpq at eps = 0.5, d = 5; vanilla FL is federated averaging of float32 updates, unclipped.")
 		},

@@ -75,7 +75,6 @@ func jopeqAccuracy() trainSpec {
 			}
 			return cells
 		},
-		seeds: func(bool) int { return 1 },
 		settings: func(quick bool) string {
 			c := jopeqConfig(quick, "jopeq", "cnn2")
 			return fmt.Sprintf("MNIST, 10 users (IID, 6,000 examples each), %s every round, local SGD (lr %g, no momentum, batch %d, %d epoch per round), %d rounds; "+

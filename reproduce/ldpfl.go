@@ -88,14 +88,12 @@ func (tb ldpflTable) spec() trainSpec {
 			}
 			return cells
 		},
-		seeds: func(bool) int { return 1 },
 		settings: func(quick bool) string {
 			c := tb.config(quick)
-			s := fmt.Sprintf("%s, %d clients (IID, %d examples each), %s every round, model %s, local SGD (lr %g, no momentum, batch %d, %d epoch), "+
+			return fmt.Sprintf("%s, %d clients (IID, %d examples each), %s every round, model %s, local SGD (lr %g, no momentum, batch %d, %d epoch), "+
 				"weights clipped to (c, r) = (0, %g) and sent through ldpq at each eps; noise-free: mechanism none (float32, no clipping); %d rounds; "+
 				"final test accuracy on the 10,000 test images, one run per cell.",
 				tb.dataset, tb.clients, 60000/tb.clients, clientsPerRound(c), c.Model, c.LR, c.Batch, c.Epochs, tb.radius, c.Rounds)
-			return s
 		},
 		checks: tb.checks,
 		notes: []string{

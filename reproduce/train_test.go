@@ -105,6 +105,9 @@ func TestTrainCells(t *testing.T) {
 			t.Errorf("corbin-mnist %s: %+v", c.row, c.cfg)
 		}
 	}
+	if corbinBits().seeds != 3 || corbinDropout().seeds != 3 || ldpflMNIST.spec().seeds > 1 {
+		t.Error("full mode: corbin-bits and corbin-dropout run 3 seeds, ldpfl one")
+	}
 	if n := len(jopeqAccuracy().cells(false)); n != 18 {
 		t.Errorf("jopeq-accuracy: %d cells, want 6 schemes x 3 models", n)
 	}
