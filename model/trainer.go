@@ -425,13 +425,68 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 	if len(idx) == 0 {
 		return nil, 0, errors.New("model: no training examples")
 	}
+	return t.run(ctx, weights, x, y, t.m.newPlan(idx, cfg))
+}
+
+// plan is local training step by step: the examples of each minibatch and
+// the dropout masks. Train draws it from the seed; the golden tests give
+// PyTorch's.
+type plan struct {
+	batch   int     // the largest minibatch: the compiled graph's batch
+	batches [][]int // each step's examples, indices into x
+	// dropout fills the mask of dropout layer l (forward order) for step s:
+	// mask[j*units+u] for example j of the step and unit u, 0 or 1/(1-p).
+	dropout func(s, l int, mask []float32)
+}
+
+// newPlan draws Train's minibatches and dropout masks from cfg.Seed.
+func (m *Model) newPlan(idx []int, cfg TrainConfig) plan {
+	secret := corr.SeedSecret(cfg.Seed)
+	shuffle := corr.Derive(secret, "model shuffle")
+	drop := corr.Derive(secret, "model dropout")
+	probs := m.dropoutProbs()
+	perm := make([]int, len(idx))
+	steps := (len(idx) + cfg.Batch - 1) / cfg.Batch
+	p := plan{batch: min(cfg.Batch, len(idx)), batches: make([][]int, 0, cfg.Epochs*steps)}
+	for range cfg.Epochs {
+		corr.Shuffle(shuffle, perm)
+		for start := 0; start < len(perm); start += cfg.Batch {
+			sel := make([]int, 0, min(cfg.Batch, len(perm)-start))
+			for _, j := range perm[start:min(start+cfg.Batch, len(perm))] {
+				sel = append(sel, idx[j])
+			}
+			p.batches = append(p.batches, sel)
+		}
+	}
+	var bits []uint32
+	// Masks are drawn in step order, each layer in turn, as training asks.
+	p.dropout = func(_, l int, mask []float32) {
+		if cap(bits) < len(mask) {
+			bits = make([]uint32, len(mask))
+		}
+		bits = bits[:len(mask)]
+		drop.Fill32(bits)
+		fillMask(mask, bits, probs[l])
+	}
+	return p
+}
+
+// run trains from weights through the steps of pl.
+func (t *Trainer) run(ctx context.Context, weights [][]float32, x []float32, y []int32, pl plan) ([][]float32, float64, error) {
 	if err := t.m.check(weights); err != nil {
 		return nil, 0, err
 	}
-	if _, err := t.checkData(x, y, idx); err != nil {
+	var all []int
+	for _, b := range pl.batches {
+		if len(b) == 0 || len(b) > pl.batch {
+			return nil, 0, fmt.Errorf("model: a minibatch of %d examples, want 1 to %d", len(b), pl.batch)
+		}
+		all = append(all, b...)
+	}
+	if _, err := t.checkData(x, y, all); err != nil {
 		return nil, 0, err
 	}
-	p, err := t.program(cfg.Batch)
+	p, err := t.program(pl.batch)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -457,67 +512,56 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 		scalars = make([]compute.Buffer, 2)
 		defer func() { finalize(scalars) }()
 	}
-
-	secret := corr.SeedSecret(cfg.Seed)
-	shuffle := corr.Derive(secret, "model shuffle")
-	drop := corr.Derive(secret, "model dropout")
-	dropP := t.m.dropoutProbs()
-	perm := make([]int, len(idx))
-	sel := make([]int, 0, cfg.Batch)
-	var bits []uint32
+	units := t.m.dropoutUnits()
+	var mask []float32
 	var lossSum float64
-	step := 0
-	for range cfg.Epochs {
-		corr.Shuffle(shuffle, perm)
-		for start := 0; start < len(perm); start += cfg.Batch {
-			if err := ctx.Err(); err != nil {
-				return nil, 0, err
-			}
-			sel = sel[:0]
-			for _, j := range perm[start:min(start+cfg.Batch, len(perm))] {
-				sel = append(sel, idx[j])
-			}
-			p.fill(t.m, x, y, sel, 1/float32(len(sel)))
-			for k, mask := range p.masks {
-				if cap(bits) < len(mask) {
-					bits = make([]uint32, len(mask))
-				}
-				bits = bits[:len(mask)]
-				drop.Fill32(bits)
-				fillMask(mask, bits, dropP[k])
-			}
-			step++
-			copy(p.in, live)
-			if adam {
-				// PyTorch's bias corrections, computed in float64 here.
-				lrt := float32(t.opt.LR / (1 - math.Pow(adamBeta1, float64(step))))
-				bc2 := float32(math.Sqrt(1 - math.Pow(adamBeta2, float64(step))))
-				finalize(scalars)
-				scalars = scalars[:0]
-				for _, v := range []float32{lrt, bc2} {
-					b, err := t.backend.BufferFromFlatData(0, []float32{v}, f32())
-					if err != nil {
-						return nil, 0, err
-					}
-					scalars = append(scalars, b)
-				}
-				copy(p.in[len(live):], scalars)
-			}
-			out, err := p.execute(donate)
-			for i := range live {
-				live[i] = nil // donated: the backend owns (and may have reused) them
-			}
-			if err != nil {
-				return nil, 0, err
-			}
-			copy(live, out[:len(live)])
-			l, err := scalar(out[len(live)])
-			_ = out[len(live)].Finalize()
-			if err != nil {
-				return nil, 0, err
-			}
-			lossSum += l * float64(len(sel))
+	for step, sel := range pl.batches {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
 		}
+		p.fill(t.m, x, y, sel, 1/float32(len(sel)))
+		for l, fm := range p.masks {
+			// The plan's masks are example-major, the graph's feature-major.
+			u := units[l]
+			mask = append(mask[:0], make([]float32, len(sel)*u)...)
+			pl.dropout(step, l, mask)
+			clear(fm)
+			for j := range sel {
+				for k, v := range mask[j*u : (j+1)*u] {
+					fm[k*p.batch+j] = v
+				}
+			}
+		}
+		copy(p.in, live)
+		if adam {
+			// PyTorch's bias corrections, computed in float64 here.
+			lrt := float32(t.opt.LR / (1 - math.Pow(adamBeta1, float64(step+1))))
+			bc2 := float32(math.Sqrt(1 - math.Pow(adamBeta2, float64(step+1))))
+			finalize(scalars)
+			scalars = scalars[:0]
+			for _, v := range []float32{lrt, bc2} {
+				b, err := t.backend.BufferFromFlatData(0, []float32{v}, f32())
+				if err != nil {
+					return nil, 0, err
+				}
+				scalars = append(scalars, b)
+			}
+			copy(p.in[len(live):], scalars)
+		}
+		out, err := p.execute(donate)
+		for i := range live {
+			live[i] = nil // donated: the backend owns (and may have reused) them
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		copy(live, out[:len(live)])
+		l, err := scalar(out[len(live)])
+		_ = out[len(live)].Finalize()
+		if err != nil {
+			return nil, 0, err
+		}
+		lossSum += l * float64(len(sel))
 	}
 	res := make([][]float32, nt)
 	for i, s := range t.m.specs {
@@ -529,7 +573,7 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 	if err := t.m.check(res); err != nil {
 		return nil, 0, fmt.Errorf("model: training diverged: %w", err)
 	}
-	return res, lossSum / float64(cfg.Epochs*len(idx)), nil
+	return res, lossSum / float64(len(all)), nil
 }
 
 // fillMask sets mask[j] to 0 with probability p and to 1/(1-p) otherwise
@@ -545,6 +589,17 @@ func fillMask(mask []float32, bits []uint32, p float64) {
 			mask[j] = keep
 		}
 	}
+}
+
+// dropoutUnits lists the dropout layers' widths in forward order.
+func (m *Model) dropoutUnits() []int {
+	var out []int
+	for _, st := range m.steps {
+		if st.kind == dropout {
+			out = append(out, st.outDim[0])
+		}
+	}
+	return out
 }
 
 // dropoutProbs lists the dropout layers' probabilities in forward order.
