@@ -6,12 +6,72 @@ import (
 	"testing"
 )
 
-// benchShapes is the zoo plus square shapes for peak speed.
-var benchShapes = append([][3]int{{256, 256, 256}, {512, 512, 512}}, zoo...)
+// benchCase is a product as the training engine forms it: dense operands
+// (possibly transposed) for the MLP layers, im2col views for convolutions.
+type benchCase struct {
+	m, k, n int
+	// a and b are "N" (dense), "T" (transposed dense) or "im2col".
+	a, b string
+	// conv is nb, ch, h, w, kh, kw of the image batch behind an im2col
+	// operand.
+	conv [6]int
+}
 
-// BenchmarkMul times Mul on dense operands (and on the convolution shapes,
-// with B an im2col view where the shape is one), for every kernel; run
-// with -bench Mul/asm or -bench Mul/generic to pick one.
+func (c benchCase) String() string {
+	s := fmt.Sprintf("%dx%dx%d", c.m, c.k, c.n)
+	if c.a != "N" || c.b != "N" {
+		s += "_" + c.a + c.b
+	}
+	return s
+}
+
+var benchCases = []benchCase{
+	{m: 256, k: 256, n: 256, a: "N", b: "N"},
+	{m: 512, k: 512, n: 512, a: "N", b: "N"},
+	// MLP layers, batch 64: forward, weight and input gradients.
+	{m: 64, k: 784, n: 32, a: "N", b: "N"},
+	{m: 32, k: 64, n: 784, a: "T", b: "N"},
+	{m: 64, k: 784, n: 128, a: "N", b: "N"},
+	{m: 128, k: 64, n: 784, a: "T", b: "N"},
+	{m: 64, k: 1600, n: 128, a: "N", b: "N"},
+	{m: 128, k: 64, n: 1600, a: "T", b: "N"},
+	{m: 64, k: 1024, n: 512, a: "N", b: "N"},
+	{m: 512, k: 64, n: 1024, a: "T", b: "N"},
+	{m: 64, k: 512, n: 10, a: "N", b: "N"},
+	{m: 64, k: 10, n: 512, a: "N", b: "T"},
+	// Convolutions, batch 64: weights x patches.
+	{m: 6, k: 25, n: 36864, a: "N", b: "im2col", conv: [6]int{64, 1, 28, 28, 5, 5}},
+	{m: 6, k: 150, n: 4096, a: "N", b: "im2col", conv: [6]int{64, 6, 12, 12, 5, 5}},
+	{m: 32, k: 9, n: 43264, a: "N", b: "im2col", conv: [6]int{64, 1, 28, 28, 3, 3}},
+	{m: 64, k: 288, n: 7744, a: "N", b: "im2col", conv: [6]int{64, 32, 13, 13, 3, 3}},
+	{m: 32, k: 25, n: 36864, a: "N", b: "im2col", conv: [6]int{64, 1, 28, 28, 5, 5}},
+	{m: 64, k: 800, n: 4096, a: "N", b: "im2col", conv: [6]int{64, 32, 12, 12, 5, 5}},
+	// Weight gradient: output gradient x patches^T.
+	{m: 64, k: 4096, n: 800, a: "N", b: "im2colT", conv: [6]int{64, 32, 12, 12, 5, 5}},
+	// Input gradient as a full convolution of the padded output gradient.
+	{m: 32, k: 1600, n: 9216, a: "N", b: "im2col", conv: [6]int{64, 64, 16, 16, 5, 5}},
+}
+
+// operand builds a rows x cols operand of the given kind.
+func operand(rng *rand.Rand, rows, cols int, kind string, conv [6]int) Mat {
+	switch kind {
+	case "T":
+		return randMat(rng, cols, rows, dense).T()
+	case "im2col", "im2colT":
+		x := im2col(rng, conv[0], conv[1], conv[2], conv[3], conv[4], conv[5])
+		if kind == "im2colT" {
+			x = x.T()
+		}
+		if x.Rows() != rows || x.Cols() != cols {
+			panic(fmt.Sprintf("im2col %v is %dx%d, not %dx%d", conv, x.Rows(), x.Cols(), rows, cols))
+		}
+		return x
+	}
+	return randMat(rng, rows, cols, dense)
+}
+
+// BenchmarkMul times Mul for every kernel this machine runs; pick one with
+// -bench Mul/asm or -bench Mul/generic.
 func BenchmarkMul(b *testing.B) {
 	for _, k := range runnable {
 		name := "generic"
@@ -21,8 +81,8 @@ func BenchmarkMul(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			override = k
 			defer func() { override = nil }()
-			for _, s := range benchShapes {
-				benchMul(b, 1, s[0], s[1], s[2])
+			for _, c := range benchCases {
+				benchMul(b, 1, c)
 			}
 		})
 	}
@@ -30,16 +90,20 @@ func BenchmarkMul(b *testing.B) {
 
 // BenchmarkMulParallel times MulParallel with two threads.
 func BenchmarkMulParallel(b *testing.B) {
-	for _, s := range [][3]int{{256, 256, 256}, {64, 800, 4096}, {64, 1024, 512}, {32, 1600, 9216}} {
-		benchMul(b, 2, s[0], s[1], s[2])
+	for _, c := range benchCases {
+		switch c.String() {
+		case "256x256x256", "64x1024x512", "64x800x4096_Nim2col", "32x1600x9216_Nim2col":
+			benchMul(b, 2, c)
+		}
 	}
 }
 
-func benchMul(b *testing.B, threads, m, k, n int) {
+func benchMul(b *testing.B, threads int, bc benchCase) {
 	rng := rand.New(rand.NewSource(1))
-	a, bm := randMat(rng, m, k, dense), randMat(rng, k, n, dense)
+	m, k, n := bc.m, bc.k, bc.n
+	a, bm := operand(rng, m, k, bc.a, bc.conv), operand(rng, k, n, bc.b, bc.conv)
 	c := make([]float32, m*n)
-	b.Run(fmt.Sprintf("%dx%dx%d", m, k, n), func(b *testing.B) {
+	b.Run(bc.String(), func(b *testing.B) {
 		for b.Loop() {
 			MulParallel(threads, c, n, a, bm, 1, 0)
 		}

@@ -144,16 +144,39 @@ func check(c []float32, ldc int, a, b Mat) (m, k, n int) {
 	return m, k, n
 }
 
-// kernel describes a micro-kernel: it computes an mr x nr tile of C from an
-// A panel (kc steps of mr values) and a B panel (kc steps of nr values).
+// kernel describes a micro-kernel: it computes an mr x nr tile of C from mr
+// rows of A and a packed B panel (k steps of nr values).
 type kernel struct {
 	mr, nr int
 	// kcMax bounds the k block so that an A panel (mr*kc) stays in L1 and
-	// the packed B block (kc*nc) in L2.
+	// the packed B block (kc*nc) in L2; mc bounds the packed A block.
 	kcMax, nc, mc int
+	// strided says run reads A in place at any strides (else A must be
+	// packed: sa = 1, sp = mr).
+	strided bool
+	// edges says run writes partial tiles itself (else it is given full
+	// ones only, and gemm copies partial ones out of a scratch tile).
+	edges bool
 	// run computes C[i*ldc+j] = alpha*tile[i][j] (+ beta*C[i*ldc+j] unless
-	// beta == 0) for the full tile; c must hold the whole tile.
-	run func(k int, a, b, c []float32, ldc int, alpha, beta float32)
+	// beta == 0) for i < rows, j < cols, where tile = A*B over k steps, A
+	// element (i, p) being a[off+i*sa+p*sp]; c must hold those elements.
+	run func(k int, a []float32, off, sa, sp int, b, c []float32, ldc, rows, cols int, alpha, beta float32)
+}
+
+// checkA panics unless the rows x k strided A panel at off lies in a
+// (the assembly kernels cannot check their reads).
+func checkA(a []float32, off, sa, sp, rows, k int) {
+	lo, hi := off, off
+	for _, d := range []int{(rows - 1) * sa, (k - 1) * sp} {
+		if d < 0 {
+			lo += d
+		} else {
+			hi += d
+		}
+	}
+	if lo < 0 || hi >= len(a) {
+		panic("gemm: A panel out of range")
+	}
 }
 
 // mul is Mul after the shape check.
@@ -167,16 +190,7 @@ func mul(c []float32, ldc int, a, b Mat, alpha, beta float32, m, k, n int) {
 	}
 	ker := current()
 	ws := getWorkspace(ker, k)
-	// C = A*B or, equivalently, C^T = B^T*A^T. The kernel wastes the padding
-	// of partial tiles, so pick the orientation that pads less; the
-	// transposed one writes C through the scalar tile copy, so it must win
-	// clearly.
-	pad := func(x, u int) int { return (x + u - 1) / u * u }
-	if 4*pad(n, ker.mr)*pad(m, ker.nr) < 3*pad(m, ker.mr)*pad(n, ker.nr) {
-		gemm(ws, ker, c, 1, ldc, b.T(), a.T(), alpha, beta, n, k, m)
-	} else {
-		gemm(ws, ker, c, ldc, 1, a, b, alpha, beta, m, k, n)
-	}
+	gemm(ws, ker, c, ldc, a, b, alpha, beta, m, k, n)
 	workspaces.Put(ws)
 }
 
@@ -202,9 +216,8 @@ func kcBlock(k, kcMax int) int {
 	return (k + nb - 1) / nb
 }
 
-// gemm computes the m x n product of a and b into c, element (i, j) at
-// c[i*rs+j*cs]: (rs, cs) = (ldc, 1) is C itself, (1, ldc) is C transposed.
-func gemm(ws *workspace, ker *kernel, c []float32, rs, cs int, a, b Mat, alpha, beta float32, m, k, n int) {
+// gemm computes C = alpha*A*B + beta*C for the m x k A and k x n B.
+func gemm(ws *workspace, ker *kernel, c []float32, ldc int, a, b Mat, alpha, beta float32, m, k, n int) {
 	mr, nr := ker.mr, ker.nr
 	kc := kcBlock(k, ker.kcMax)
 	for jc := 0; jc < n; jc += ker.nc {
@@ -217,23 +230,39 @@ func gemm(ws *workspace, ker *kernel, c []float32, rs, cs int, a, b Mat, alpha, 
 				bet = 1
 			}
 			pack(ws.b, b.Data, b.Row[pc:pc+kcur], b.Col[jc:jc+ncur], nr)
+			// A is read in place where its offsets are affine (dense or
+			// transposed dense): packing it would only transpose it.
+			sp, colAffine := affine(a.Col[pc : pc+kcur])
 			for ic := 0; ic < m; ic += ker.mc {
 				mcur := min(ker.mc, m-ic)
-				pack(ws.a, a.Data, a.Col[pc:pc+kcur], a.Row[ic:ic+mcur], mr)
+				sa, rowAffine := affine(a.Row[ic : ic+mcur])
+				inPlace := ker.strided && colAffine && rowAffine
+				if !inPlace {
+					pack(ws.a, a.Data, a.Col[pc:pc+kcur], a.Row[ic:ic+mcur], mr)
+				}
 				// The A panel (mr*kcur) stays in L1 while the B block streams
 				// from L2 past it.
 				for ir := 0; ir < mcur; ir += mr {
-					ap := ws.a[ir*kcur : (ir+mr)*kcur]
 					rows := min(mr, mcur-ir)
+					ad, aoff, asa, asp := ws.a, ir*kcur, 1, mr
+					if inPlace {
+						if rows == mr {
+							ad, aoff, asa, asp = a.Data, a.Row[ic+ir]+a.Col[pc], sa, sp
+						} else {
+							// The kernel reads mr rows: pack the last few.
+							pack(ws.a, a.Data, a.Col[pc:pc+kcur], a.Row[ic+ir:ic+mcur], mr)
+							aoff = 0
+						}
+					}
 					for jr := 0; jr < ncur; jr += nr {
 						bp := ws.b[jr*kcur : (jr+nr)*kcur]
 						cols := min(nr, ncur-jr)
-						off := (ic+ir)*rs + (jc+jr)*cs
-						if rows == mr && cols == nr && cs == 1 {
-							ker.run(kcur, ap, bp, c[off:], rs, alpha, bet)
+						off := (ic+ir)*ldc + jc + jr
+						if ker.edges || rows == mr && cols == nr {
+							ker.run(kcur, ad, aoff, asa, asp, bp, c[off:], ldc, rows, cols, alpha, bet)
 						} else {
-							ker.run(kcur, ap, bp, ws.tile, nr, 1, 0)
-							writeTile(c[off:], rs, cs, ws.tile, nr, rows, cols, alpha, bet)
+							ker.run(kcur, ad, aoff, asa, asp, bp, ws.tile, nr, mr, nr, 1, 0)
+							writeTile(c[off:], ldc, ws.tile, nr, rows, cols, alpha, bet)
 						}
 					}
 				}
@@ -242,28 +271,27 @@ func gemm(ws *workspace, ker *kernel, c []float32, rs, cs int, a, b Mat, alpha, 
 	}
 }
 
-// writeTile stores C = alpha*tile + beta*C for a rows x cols tile, element
-// (i, j) at c[i*rs+j*cs]. It rounds exactly as the kernels' own write-out
-// does (alpha*t and beta*c each rounded, then added), so edge tiles and the
-// transposed orientation give the same bits as full tiles.
-func writeTile(c []float32, rs, cs int, tile []float32, ldt, rows, cols int, alpha, beta float32) {
-	if cs != 1 {
-		// Transposed: walk C's rows (j) outermost so the writes are
-		// contiguous.
-		for j := 0; j < cols; j++ {
-			cj := c[j*cs:]
-			for i := 0; i < rows; i++ {
-				v := float32(alpha * tile[i*ldt+j])
-				if beta != 0 {
-					v += float32(beta * cj[i*rs])
-				}
-				cj[i*rs] = v
-			}
-		}
-		return
+// affine reports whether offs[i] == offs[0]+i*step for all i, and step.
+func affine(offs []int) (step int, ok bool) {
+	if len(offs) < 2 {
+		return 0, true
 	}
+	o0, step := offs[0], offs[1]-offs[0]
+	for i, o := range offs {
+		if o != o0+i*step {
+			return 0, false
+		}
+	}
+	return step, true
+}
+
+// writeTile stores C = alpha*tile + beta*C for a rows x cols tile. It
+// rounds exactly as the assembly kernels' own write-out does (alpha*t and
+// beta*c each rounded, then added), so that every tile gives the same bits
+// whichever way it is written.
+func writeTile(c []float32, ldc int, tile []float32, ldt, rows, cols int, alpha, beta float32) {
 	for i := 0; i < rows; i++ {
-		ci := c[i*rs : i*rs+cols]
+		ci := c[i*ldc : i*ldc+cols]
 		ti := tile[i*ldt : i*ldt+cols]
 		for j, t := range ti {
 			v := float32(alpha * t)
@@ -331,26 +359,10 @@ func packPanel(dst, data []float32, ks, js []int, w int, kContig bool) {
 			}
 		}
 	default:
-		// A gather; im2col panels are runs of contiguous offsets, which
-		// copy moves faster than one element at a time.
-		runs := 1
-		for j := 1; j < nj; j++ {
-			if js[j] != js[j-1]+1 {
-				runs++
-			}
-		}
-		if nj >= 8*runs {
-			for p, kp := range ks {
-				d := dst[p*w : p*w+nj]
-				for j := 0; j < nj; {
-					e := j + 1
-					for e < nj && js[e] == js[e-1]+1 {
-						e++
-					}
-					copy(d[j:e], data[kp+js[j]:])
-					j = e
-				}
-			}
+		// A gather. Im2col panels are runs of contiguous offsets (a row of
+		// output positions), which move faster as runs than one element at
+		// a time.
+		if packRuns != nil && packPanelRuns(dst, data, ks, js, w) {
 			return
 		}
 		for p, kp := range ks {
@@ -360,6 +372,40 @@ func packPanel(dst, data []float32, ks, js []int, w int, kContig bool) {
 			}
 		}
 	}
+}
+
+// packPanelRuns is packPanel's gather through packRuns; it reports false,
+// doing nothing, when the runs are too short to gain anything.
+func packPanelRuns(dst, data []float32, ks, js []int, w int) bool {
+	var runs [3 * 64]int
+	nr := 0
+	lo, hi := js[0], js[0]
+	for j := 0; j < len(js); {
+		e := j + 1
+		for e < len(js) && js[e] == js[e-1]+1 {
+			e++
+		}
+		if 3*nr+3 > len(runs) {
+			return false
+		}
+		runs[3*nr], runs[3*nr+1], runs[3*nr+2] = j, js[j], e-j
+		nr++
+		lo, hi = min(lo, js[j]), max(hi, js[e-1])
+		j = e
+	}
+	if len(js) < 2*nr {
+		return false
+	}
+	// The assembly reads data[ks[p]+lo .. ks[p]+hi]: check that here.
+	klo, khi := ks[0], ks[0]
+	for _, kp := range ks {
+		klo, khi = min(klo, kp), max(khi, kp)
+	}
+	if klo+lo < 0 || khi+hi >= len(data) || len(dst) < (len(ks)-1)*w+len(js) {
+		panic("gemm: offsets out of range")
+	}
+	packRuns(&dst[0], &data[0], &ks[0], len(ks), w, &runs[0], nr)
+	return true
 }
 
 // workspace holds one call's packing buffers.

@@ -4,27 +4,31 @@ package gemm
 
 import "golang.org/x/sys/cpu"
 
-// The assembly micro-kernels. Each computes C = alpha*A*B (+ beta*C unless
-// beta == 0) for one full tile, A packed as k steps of 6 values and B as k
-// steps of 64 (AVX-512) or 16 (AVX2) values; ldc is in elements.
+// The assembly micro-kernels: see kernel.run. A's strides sa, sp and ldc
+// are in elements. The AVX2 kernel writes full 6x16 tiles only.
 //
 //go:noescape
-func kernelAVX512(k int, a, b, c *float32, ldc int, alpha, beta float32)
+func kernelAVX512(k int, a *float32, sa, sp int, b, c *float32, ldc, rows, cols int, alpha, beta float32)
 
 //go:noescape
-func kernelAVX2(k int, a, b, c *float32, ldc int, alpha, beta float32)
+func kernelAVX2(k int, a *float32, sa, sp int, b, c *float32, ldc int, alpha, beta float32)
+
+// packRunsAVX512 is packRuns in AVX-512.
+//
+//go:noescape
+func packRunsAVX512(dst, data *float32, ks *int, nk, w int, runs *int, nruns int)
 
 // The block sizes were measured on Zen 4 (32 KiB L1d, 1 MiB L2): kc*mr
 // floats of A stay in L1, kc*nc floats of packed B fill half of L2.
 var (
-	avx512Kernel = kernel{mr: 6, nr: 64, kcMax: 256, nc: 512, mc: 96, run: runAVX512}
-	avx2Kernel   = kernel{mr: 6, nr: 16, kcMax: 256, nc: 512, mc: 96, run: runAVX2}
+	avx512Kernel = kernel{mr: 6, nr: 64, kcMax: 256, nc: 512, mc: 96, strided: true, edges: true, run: runAVX512}
+	avx2Kernel   = kernel{mr: 6, nr: 16, kcMax: 256, nc: 512, mc: 96, strided: true, run: runAVX2}
 )
 
 // runnable is the kernels this CPU can run, fastest first.
 var runnable = func() []*kernel {
 	var ks []*kernel
-	if cpu.X86.HasAVX512F {
+	if hasAVX512 {
 		ks = append(ks, &avx512Kernel)
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
@@ -33,13 +37,31 @@ var runnable = func() []*kernel {
 	return append(ks, &genericKernel)
 }()
 
-func runAVX512(k int, a, b, c []float32, ldc int, alpha, beta float32) {
+// hasAVX512 says the AVX-512 code can run (it also uses BMI2's SHLX).
+var hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasBMI2
+
+// packRuns, when not nil, copies runs of floats for packPanel: for each
+// p < nk, the runs (dj, src, len) (nruns triples) of data[ks[p]+src:] to
+// dst[p*w+dj:]. Offsets are not checked.
+var packRuns = func() func(dst, data *float32, ks *int, nk, w int, runs *int, nruns int) {
+	if hasAVX512 {
+		return packRunsAVX512
+	}
+	return nil
+}()
+
+func runAVX512(k int, a []float32, off, sa, sp int, b, c []float32, ldc, rows, cols int, alpha, beta float32) {
 	// Bounds checks the assembly cannot do.
-	_, _, _ = a[6*k-1], b[64*k-1], c[5*ldc+63]
-	kernelAVX512(k, &a[0], &b[0], &c[0], ldc, alpha, beta)
+	checkA(a, off, sa, sp, 6, k)
+	_, _ = b[64*k-1], c[(rows-1)*ldc+cols-1]
+	kernelAVX512(k, &a[off], sa, sp, &b[0], &c[0], ldc, rows, cols, alpha, beta)
 }
 
-func runAVX2(k int, a, b, c []float32, ldc int, alpha, beta float32) {
-	_, _, _ = a[6*k-1], b[16*k-1], c[5*ldc+15]
-	kernelAVX2(k, &a[0], &b[0], &c[0], ldc, alpha, beta)
+func runAVX2(k int, a []float32, off, sa, sp int, b, c []float32, ldc, rows, cols int, alpha, beta float32) {
+	if rows != 6 || cols != 16 {
+		panic("gemm: partial tile for the AVX2 kernel")
+	}
+	checkA(a, off, sa, sp, 6, k)
+	_, _ = b[16*k-1], c[5*ldc+15]
+	kernelAVX2(k, &a[off], sa, sp, &b[0], &c[0], ldc, alpha, beta)
 }

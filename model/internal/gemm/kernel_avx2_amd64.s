@@ -1,17 +1,24 @@
 //go:build !purego
 
 #include "textflag.h"
+
 // AVX2 micro-kernel: a 6x16 tile of C in 12 ymm accumulators (Y0-Y11,
 // row i in Y2i, Y2i+1), B in Y12-Y13, A broadcasts in Y14-Y15: all sixteen
-// registers. Same write-out rounding as the AVX-512 kernel.
+// registers. A addressing and write-out as in the AVX-512 kernel.
 
-// func kernelAVX2(k int, a, b, c *float32, ldc int, alpha, beta float32)
-TEXT ·kernelAVX2(SB), NOSPLIT, $0-48
+// func kernelAVX2(k int, a *float32, sa, sp int, b, c *float32, ldc int, alpha, beta float32)
+TEXT ·kernelAVX2(SB), NOSPLIT, $0-64
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), DX
+	MOVQ sa+16(FP), R8
+	MOVQ sp+24(FP), R11
+	MOVQ b+32(FP), BX
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
+	SHLQ $2, R8           // row stride of A in bytes
+	LEAQ (R8)(R8*2), R9   // 3 rows
+	LEAQ (R8)(R8*4), R10  // 5 rows
+	SHLQ $2, R11          // k stride of A in bytes
 	SHLQ $2, DX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -26,40 +33,40 @@ TEXT ·kernelAVX2(SB), NOSPLIT, $0-48
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
 	TESTQ CX, CX
-	JEQ  avx2store
+	JEQ  kernelAVX2_store
 
-avx2loop:
-	VMOVUPS (BX), Y12
+kernelAVX2_loop:
+	VMOVUPS 0(BX), Y12
 	VMOVUPS 32(BX), Y13
-	VBROADCASTSS 0(AX), Y14
+	VBROADCASTSS (AX), Y14
 	VFMADD231PS Y12, Y14, Y0
 	VFMADD231PS Y13, Y14, Y1
-	VBROADCASTSS 4(AX), Y15
+	VBROADCASTSS (AX)(R8*1), Y15
 	VFMADD231PS Y12, Y15, Y2
 	VFMADD231PS Y13, Y15, Y3
-	VBROADCASTSS 8(AX), Y14
+	VBROADCASTSS (AX)(R8*2), Y14
 	VFMADD231PS Y12, Y14, Y4
 	VFMADD231PS Y13, Y14, Y5
-	VBROADCASTSS 12(AX), Y15
+	VBROADCASTSS (AX)(R9*1), Y15
 	VFMADD231PS Y12, Y15, Y6
 	VFMADD231PS Y13, Y15, Y7
-	VBROADCASTSS 16(AX), Y14
+	VBROADCASTSS (AX)(R8*4), Y14
 	VFMADD231PS Y12, Y14, Y8
 	VFMADD231PS Y13, Y14, Y9
-	VBROADCASTSS 20(AX), Y15
+	VBROADCASTSS (AX)(R10*1), Y15
 	VFMADD231PS Y12, Y15, Y10
 	VFMADD231PS Y13, Y15, Y11
-	ADDQ $24, AX
+	ADDQ R11, AX
 	ADDQ $64, BX
 	DECQ CX
-	JNE  avx2loop
+	JNE  kernelAVX2_loop
 
-avx2store:
-	VBROADCASTSS alpha+40(FP), Y14
-	VBROADCASTSS beta+44(FP), Y15
-	MOVL beta+44(FP), R8
-	ANDL $0x7fffffff, R8
-	JEQ  avx2store0
+kernelAVX2_store:
+	VBROADCASTSS alpha+56(FP), Y14
+	VBROADCASTSS beta+60(FP), Y15
+	MOVL beta+60(FP), R12
+	ANDL $0x7fffffff, R12 // beta == 0, either sign: do not read C
+	JEQ  kernelAVX2_store0
 	VMULPS Y14, Y0, Y0
 	VMULPS 0(DI), Y15, Y12
 	VADDPS Y12, Y0, Y0
@@ -116,7 +123,7 @@ avx2store:
 	VZEROUPPER
 	RET
 
-avx2store0:
+kernelAVX2_store0:
 	VMULPS Y14, Y0, Y0
 	VMOVUPS Y0, 0(DI)
 	VMULPS Y14, Y1, Y1

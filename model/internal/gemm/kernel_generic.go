@@ -3,13 +3,15 @@ package gemm
 // genericKernel is the portable micro-kernel: a 4x4 tile held in sixteen
 // scalar accumulators (as many as amd64's registers allow without spilling;
 // other ISAs do at least as well).
-var genericKernel = kernel{mr: 4, nr: 4, kcMax: 256, nc: 4096, mc: 64, run: kernelGo}
+var genericKernel = kernel{mr: 4, nr: 4, kcMax: 256, nc: 4096, mc: 64, edges: true, run: kernelGo}
 
 // kernelGo computes a 4x4 tile; see kernel.run.
-func kernelGo(k int, a, b, c []float32, ldc int, alpha, beta float32) {
+// It needs A packed (sa = 1, sp = 4): indexing by strides would cost the
+// scalar loop more than packing does.
+func kernelGo(k int, a []float32, off, _, _ int, b, c []float32, ldc, rows, cols int, alpha, beta float32) {
 	var c00, c01, c02, c03, c10, c11, c12, c13 float32
 	var c20, c21, c22, c23, c30, c31, c32, c33 float32
-	a, b = a[:4*k], b[:4*k]
+	a, b = a[off:off+4*k], b[:4*k]
 	for p := 0; p+4 <= len(a); p += 4 {
 		ap, bp := a[p:p+4:p+4], b[p:p+4:p+4]
 		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
@@ -35,5 +37,5 @@ func kernelGo(k int, a, b, c []float32, ldc int, alpha, beta float32) {
 		c33 += a3 * b3
 	}
 	t := [16]float32{c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33}
-	writeTile(c, ldc, 1, t[:], 4, 4, 4, alpha, beta)
+	writeTile(c, ldc, t[:], 4, rows, cols, alpha, beta)
 }
