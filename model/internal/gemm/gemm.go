@@ -229,7 +229,7 @@ func gemm(ws *workspace, ker *kernel, c []float32, ldc int, a, b Mat, alpha, bet
 			if pc > 0 {
 				bet = 1
 			}
-			pack(ws.b, b.Data, b.Row[pc:pc+kcur], b.Col[jc:jc+ncur], nr)
+			pack(ws.b, b.Data, b.Row[pc:pc+kcur], b.Col[jc:jc+ncur], nr, ws.runs)
 			// A is read in place where its offsets are affine (dense or
 			// transposed dense): packing it would only transpose it.
 			sp, colAffine := affine(a.Col[pc : pc+kcur])
@@ -238,7 +238,7 @@ func gemm(ws *workspace, ker *kernel, c []float32, ldc int, a, b Mat, alpha, bet
 				sa, rowAffine := affine(a.Row[ic : ic+mcur])
 				inPlace := ker.strided && colAffine && rowAffine
 				if !inPlace {
-					pack(ws.a, a.Data, a.Col[pc:pc+kcur], a.Row[ic:ic+mcur], mr)
+					pack(ws.a, a.Data, a.Col[pc:pc+kcur], a.Row[ic:ic+mcur], mr, ws.runs)
 				}
 				// The A panel (mr*kcur) stays in L1 while the B block streams
 				// from L2 past it.
@@ -250,7 +250,7 @@ func gemm(ws *workspace, ker *kernel, c []float32, ldc int, a, b Mat, alpha, bet
 							ad, aoff, asa, asp = a.Data, a.Row[ic+ir]+a.Col[pc], sa, sp
 						} else {
 							// The kernel reads mr rows: pack the last few.
-							pack(ws.a, a.Data, a.Col[pc:pc+kcur], a.Row[ic+ir:ic+mcur], mr)
+							pack(ws.a, a.Data, a.Col[pc:pc+kcur], a.Row[ic+ir:ic+mcur], mr, ws.runs)
 							aoff = 0
 						}
 					}
@@ -305,14 +305,20 @@ func writeTile(c []float32, ldc int, tile []float32, ldt, rows, cols int, alpha,
 
 // pack writes the panels of the matrix element(p, j) = data[ks[p]+js[j]]
 // (p < len(ks), j < len(js)) into dst: panel q holds columns q*w..q*w+w-1,
-// as len(ks) steps of w values, zero-padded past len(js). For B, ks is B's
-// Row (the k range) and js its Col; for A, ks is A's Col and js its Row.
-func pack(dst, data []float32, ks, js []int, w int) {
+// as len(ks) steps of w values. For B, ks is B's Row (the k range) and js
+// its Col; for A, ks is A's Col and js its Row. The padding of a partial
+// panel is left as it was: the kernels compute junk there and never store
+// it. runs is scratch space for 3*w ints.
+func pack(dst, data []float32, ks, js []int, w int, runs []int) {
 	kc := len(ks)
 	kContig := contiguous(ks)
+	klo, khi := ks[0], ks[0]
+	for _, kp := range ks {
+		klo, khi = min(klo, kp), max(khi, kp)
+	}
 	for j0 := 0; j0 < len(js); j0 += w {
 		panel := dst[j0*kc : (j0+w)*kc]
-		packPanel(panel, data, ks, js[j0:min(j0+w, len(js))], w, kContig)
+		packPanel(panel, data, ks, js[j0:min(j0+w, len(js))], w, kContig, klo, khi, runs)
 	}
 }
 
@@ -330,17 +336,31 @@ func contiguous(offs []int) bool {
 	return true
 }
 
-// packPanel is one panel of pack: dst[p*w+j] = data[ks[p]+js[j]].
-func packPanel(dst, data []float32, ks, js []int, w int, kContig bool) {
-	nj := len(js)
-	if nj < w {
-		// Zero the padding so that the padded lanes compute finite junk.
-		for p := range ks {
-			clear(dst[p*w+nj : p*w+w])
+// packPanel is one panel of pack: dst[p*w+j] = data[ks[p]+js[j]]. kContig
+// says ks is contiguous, and klo and khi are its least and greatest.
+func packPanel(dst, data []float32, ks, js []int, w int, kContig bool, klo, khi int, runs []int) {
+	// Split js into runs of contiguous offsets: one for dense B, a row of
+	// output positions each for an im2col panel.
+	nj, nr := len(js), 0
+	lo, hi := js[0], js[0]
+	for j := 0; j < nj; {
+		e := j + 1
+		for e < nj && js[e] == js[e-1]+1 {
+			e++
 		}
+		runs[3*nr], runs[3*nr+1], runs[3*nr+2] = j, js[j], e-j
+		nr++
+		lo, hi = min(lo, js[j]), max(hi, js[e-1])
+		j = e
 	}
 	switch {
-	case contiguous(js):
+	case haveRunCopier && nj >= 2*nr:
+		// The assembly reads data[ks[p]+lo .. ks[p]+hi]: check that here.
+		if klo+lo < 0 || khi+hi >= len(data) || len(dst) < (len(ks)-1)*w+nj {
+			panic("gemm: offsets out of range")
+		}
+		copyRuns(&dst[0], &data[0], &ks[0], len(ks), w, &runs[0], nr)
+	case nr == 1:
 		// Rows of the panel are contiguous in data (dense B, transposed
 		// dense A): copy them.
 		j0 := js[0]
@@ -359,12 +379,6 @@ func packPanel(dst, data []float32, ks, js []int, w int, kContig bool) {
 			}
 		}
 	default:
-		// A gather. Im2col panels are runs of contiguous offsets (a row of
-		// output positions), which move faster as runs than one element at
-		// a time.
-		if packRuns != nil && packPanelRuns(dst, data, ks, js, w) {
-			return
-		}
 		for p, kp := range ks {
 			d := dst[p*w : p*w+nj]
 			for j, o := range js {
@@ -374,43 +388,10 @@ func packPanel(dst, data []float32, ks, js []int, w int, kContig bool) {
 	}
 }
 
-// packPanelRuns is packPanel's gather through packRuns; it reports false,
-// doing nothing, when the runs are too short to gain anything.
-func packPanelRuns(dst, data []float32, ks, js []int, w int) bool {
-	var runs [3 * 64]int
-	nr := 0
-	lo, hi := js[0], js[0]
-	for j := 0; j < len(js); {
-		e := j + 1
-		for e < len(js) && js[e] == js[e-1]+1 {
-			e++
-		}
-		if 3*nr+3 > len(runs) {
-			return false
-		}
-		runs[3*nr], runs[3*nr+1], runs[3*nr+2] = j, js[j], e-j
-		nr++
-		lo, hi = min(lo, js[j]), max(hi, js[e-1])
-		j = e
-	}
-	if len(js) < 2*nr {
-		return false
-	}
-	// The assembly reads data[ks[p]+lo .. ks[p]+hi]: check that here.
-	klo, khi := ks[0], ks[0]
-	for _, kp := range ks {
-		klo, khi = min(klo, kp), max(khi, kp)
-	}
-	if klo+lo < 0 || khi+hi >= len(data) || len(dst) < (len(ks)-1)*w+len(js) {
-		panic("gemm: offsets out of range")
-	}
-	packRuns(&dst[0], &data[0], &ks[0], len(ks), w, &runs[0], nr)
-	return true
-}
-
 // workspace holds one call's packing buffers.
 type workspace struct {
 	a, b, tile []float32
+	runs       []int
 	// The slices above are carved out of buf at 64-byte alignment, so that
 	// the kernels' vector loads never split cache lines.
 	buf []float32
@@ -442,5 +423,8 @@ func getWorkspace(ker *kernel, k int) *workspace {
 	ws.a, buf = buf[:na], buf[up(na):]
 	ws.b, buf = buf[:nb], buf[up(nb):]
 	ws.tile = buf[:nt]
+	if w := 3 * max(ker.mr, ker.nr); len(ws.runs) < w {
+		ws.runs = make([]int, w)
+	}
 	return ws
 }

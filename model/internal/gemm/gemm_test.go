@@ -16,8 +16,12 @@ func kernels(t *testing.T, f func(t *testing.T)) {
 			name = fmt.Sprintf("asm%dx%d", k.mr, k.nr)
 		}
 		t.Run(name, func(t *testing.T) {
+			// The portable kernel runs with the portable packing.
+			defer func(h bool) { override, haveRunCopier = nil, h }(haveRunCopier)
 			override = k
-			defer func() { override = nil }()
+			if k == &genericKernel {
+				haveRunCopier = false
+			}
 			f(t)
 		})
 	}
@@ -318,6 +322,17 @@ func TestMulParallelBitIdentical(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestMulNoAllocs(t *testing.T) {
+	rng := rand.New(rand.NewSource(8))
+	a, b := randMat(rng, 70, 300, dense), im2col(rng, 2, 3, 12, 12, 5, 5)
+	a.Col = a.Col[:b.Rows()]
+	c := make([]float32, 70*b.Cols())
+	Mul(c, b.Cols(), a, b, 1, 0) // fill the pool
+	if n := testing.AllocsPerRun(10, func() { Mul(c, b.Cols(), a, b, 1, 0) }); n != 0 {
+		t.Errorf("Mul allocates %v times per call", n)
+	}
 }
 
 func TestDense(t *testing.T) {

@@ -40,15 +40,18 @@ var runnable = func() []*kernel {
 // hasAVX512 says the AVX-512 code can run (it also uses BMI2's SHLX).
 var hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasBMI2
 
-// packRuns, when not nil, copies runs of floats for packPanel: for each
-// p < nk, the runs (dj, src, len) (nruns triples) of data[ks[p]+src:] to
-// dst[p*w+dj:]. Offsets are not checked.
-var packRuns = func() func(dst, data *float32, ks *int, nk, w int, runs *int, nruns int) {
-	if hasAVX512 {
-		return packRunsAVX512
-	}
-	return nil
-}()
+// haveRunCopier says copyRuns works (a variable so that tests can check the
+// pure-Go packing too).
+var haveRunCopier = hasAVX512
+
+// copyRuns copies runs of floats for packPanel: for each p < nk, the runs
+// (dj, src, len) (nruns triples) of data[ks[p]+src:] to dst[p*w+dj:].
+// Offsets are not checked. (A plain function, not a variable, so that
+// escape analysis sees the assembly's noescape and runs stays on the
+// stack.)
+func copyRuns(dst, data *float32, ks *int, nk, w int, runs *int, nruns int) {
+	packRunsAVX512(dst, data, ks, nk, w, runs, nruns)
+}
 
 func runAVX512(k int, a []float32, off, sa, sp int, b, c []float32, ldc, rows, cols int, alpha, beta float32) {
 	// Bounds checks the assembly cannot do.

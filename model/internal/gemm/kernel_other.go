@@ -5,5 +5,10 @@ package gemm
 // runnable is the kernels this build can run: no assembly, so the portable one.
 var runnable = []*kernel{&genericKernel}
 
-// packRuns is the AVX-512 run copier, absent here.
-var packRuns func(dst, data *float32, ks *int, nk, w int, runs *int, nruns int)
+// haveRunCopier says copyRuns works: not in this build.
+var haveRunCopier = false
+
+// copyRuns is the AVX-512 run copier, absent here.
+func copyRuns(dst, data *float32, ks *int, nk, w int, runs *int, nruns int) {
+	panic("gemm: no run copier")
+}
