@@ -220,8 +220,15 @@ func kcBlock(k, kcMax int) int {
 func gemm(ws *workspace, ker *kernel, c []float32, ldc int, a, b Mat, alpha, beta float32, m, k, n int) {
 	mr, nr := ker.mr, ker.nr
 	kc := kcBlock(k, ker.kcMax)
-	for jc := 0; jc < n; jc += ker.nc {
-		ncur := min(ker.nc, n-jc)
+	// When A is a panel or two, each B panel is used once or twice right
+	// after it is packed: pack fewer at a time, so that they are still in
+	// L1 (16 KiB of them) when the kernel reads them.
+	nc := ker.nc
+	if m <= 2*mr {
+		nc = max(nr, min(nc, 4096/kc/nr*nr))
+	}
+	for jc := 0; jc < n; jc += nc {
+		ncur := min(nc, n-jc)
 		for pc := 0; pc < k; pc += kc {
 			kcur := min(kc, k-pc)
 			// Later k blocks accumulate onto the earlier ones.
@@ -341,18 +348,8 @@ func contiguous(offs []int) bool {
 func packPanel(dst, data []float32, ks, js []int, w int, kContig bool, klo, khi int, runs []int) {
 	// Split js into runs of contiguous offsets: one for dense B, a row of
 	// output positions each for an im2col panel.
-	nj, nr := len(js), 0
-	lo, hi := js[0], js[0]
-	for j := 0; j < nj; {
-		e := j + 1
-		for e < nj && js[e] == js[e-1]+1 {
-			e++
-		}
-		runs[3*nr], runs[3*nr+1], runs[3*nr+2] = j, js[j], e-j
-		nr++
-		lo, hi = min(lo, js[j]), max(hi, js[e-1])
-		j = e
-	}
+	nj := len(js)
+	nr, lo, hi := findRuns(js, runs)
 	switch {
 	case haveRunCopier && nj >= 2*nr:
 		// The assembly reads data[ks[p]+lo .. ks[p]+hi]: check that here.
@@ -386,6 +383,22 @@ func packPanel(dst, data []float32, ks, js []int, w int, kContig bool, klo, khi 
 			}
 		}
 	}
+}
+
+// findRunsGo is the portable findRuns.
+func findRunsGo(js []int, runs []int) (nr, lo, hi int) {
+	lo, hi = js[0], js[0]
+	for j := 0; j < len(js); {
+		e := j + 1
+		for e < len(js) && js[e] == js[e-1]+1 {
+			e++
+		}
+		runs[3*nr], runs[3*nr+1], runs[3*nr+2] = j, js[j], e-j
+		nr++
+		lo, hi = min(lo, js[j]), max(hi, js[e-1])
+		j = e
+	}
+	return nr, lo, hi
 }
 
 // workspace holds one call's packing buffers.

@@ -341,3 +341,27 @@ func TestDense(t *testing.T) {
 		t.Errorf("Dense: %v %v", m.Row, m.Col)
 	}
 }
+
+func TestFindRuns(t *testing.T) {
+	// The assembly run finder against the portable one, on every length
+	// and on runs of every length.
+	rng := rand.New(rand.NewSource(9))
+	for n := 1; n <= 64; n++ {
+		for range 20 {
+			js := make([]int, n)
+			for i := range js {
+				if i > 0 && rng.Intn(4) > 0 {
+					js[i] = js[i-1] + 1
+				} else {
+					js[i] = rng.Intn(1000) - 100
+				}
+			}
+			r1, r2 := make([]int, 3*64), make([]int, 3*64)
+			n1, lo1, hi1 := findRuns(js, r1)
+			n2, lo2, hi2 := findRunsGo(js, r2)
+			if n1 != n2 || lo1 != lo2 || hi1 != hi2 || fmt.Sprint(r1[:3*n1]) != fmt.Sprint(r2[:3*n2]) {
+				t.Fatalf("findRuns(%v) = %d %d %d %v, want %d %d %d %v", js, n1, lo1, hi1, r1[:3*n1], n2, lo2, hi2, r2[:3*n2])
+			}
+		}
+	}
+}

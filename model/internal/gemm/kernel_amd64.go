@@ -18,6 +18,11 @@ func kernelAVX2(k int, a *float32, sa, sp int, b, c *float32, ldc int, alpha, be
 //go:noescape
 func packRunsAVX512(dst, data *float32, ks *int, nk, w int, runs *int, nruns int)
 
+// findRunsAVX512 is findRuns in AVX-512.
+//
+//go:noescape
+func findRunsAVX512(js *int, nj int, runs *int) (nr, lo, hi int)
+
 // The block sizes were measured on Zen 4 (32 KiB L1d, 1 MiB L2): kc*mr
 // floats of A stay in L1, kc*nc floats of packed B fill half of L2.
 var (
@@ -37,8 +42,8 @@ var runnable = func() []*kernel {
 	return append(ks, &genericKernel)
 }()
 
-// hasAVX512 says the AVX-512 code can run (it also uses BMI2's SHLX).
-var hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasBMI2
+// hasAVX512 says the AVX-512 code can run (it also uses BMI1 and BMI2).
+var hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasBMI1 && cpu.X86.HasBMI2
 
 // haveRunCopier says copyRuns works (a variable so that tests can check the
 // pure-Go packing too).
@@ -51,6 +56,17 @@ var haveRunCopier = hasAVX512
 // stack.)
 func copyRuns(dst, data *float32, ks *int, nk, w int, runs *int, nruns int) {
 	packRunsAVX512(dst, data, ks, nk, w, runs, nruns)
+}
+
+// findRuns splits js (1 <= len(js) <= 64) into runs of contiguous offsets,
+// writing triples (dj, js[dj], len) to runs; it returns their number and
+// the least and greatest offset.
+func findRuns(js []int, runs []int) (nr, lo, hi int) {
+	if haveRunCopier {
+		_ = runs[3*len(js)-1]
+		return findRunsAVX512(&js[0], len(js), &runs[0])
+	}
+	return findRunsGo(js, runs)
 }
 
 func runAVX512(k int, a []float32, off, sa, sp int, b, c []float32, ldc, rows, cols int, alpha, beta float32) {

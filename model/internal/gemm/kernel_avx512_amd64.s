@@ -757,15 +757,15 @@ done:
 
 // packRunsAVX512 copies, for each p < nk, the runs of contiguous floats
 // data[ks[p]+src : ks[p]+src+len] to dst[p*w+dj : p*w+dj+len], runs being
-// nruns triples (dj, src, len) of ints. Runs are moved 16 floats at a time,
-// the tail under a mask, so that an im2col panel (runs of a row's output
-// width) packs at vector speed instead of one element at a time.
+// nruns triples (dj, src, len) of ints with len <= 64. It takes one run at
+// a time down all the p (so the run's mask is set once) and moves it as 1
+// to 4 vectors, the last under the mask: an im2col panel (runs of a row's
+// output width) packs at vector speed instead of one element at a time.
 //
 // func packRunsAVX512(dst, data *float32, ks *int, nk, w int, runs *int, nruns int)
 TEXT ·packRunsAVX512(SB), NOSPLIT, $0-56
 	MOVQ dst+0(FP), DI
 	MOVQ data+8(FP), SI
-	MOVQ ks+16(FP), R8
 	MOVQ nk+24(FP), R9
 	MOVQ w+32(FP), R10
 	MOVQ runs+40(FP), R11
@@ -773,49 +773,180 @@ TEXT ·packRunsAVX512(SB), NOSPLIT, $0-56
 	SHLQ $2, R10 // dst row stride in bytes
 	TESTQ R9, R9
 	JEQ  pdone
-
-prow:
-	MOVQ (R8), AX
-	LEAQ (SI)(AX*4), AX // this row's base in data
-	MOVQ R11, BX        // next run
-	MOVQ R12, R13       // runs left
+	TESTQ R12, R12
+	JEQ  pdone
 
 prun:
-	MOVQ (BX), DX
-	LEAQ (DI)(DX*4), DX // destination
-	MOVQ 8(BX), CX
-	LEAQ (AX)(CX*4), CX // source
-	MOVQ 16(BX), R14    // length
-	ADDQ $24, BX
-
-pvec:
+	MOVQ (R11), DX
+	LEAQ (DI)(DX*4), DX // destination of the run at p = 0
+	MOVQ 8(R11), CX
+	LEAQ (SI)(CX*4), CX // source of the run, less ks[p]
+	MOVQ 16(R11), R14   // length
+	ADDQ $24, R11
+	MOVQ ks+16(FP), R8
+	MOVQ R9, R13        // p left
+	// K1 masks the last vector: its ((len-1)&15)+1 floats.
+	LEAQ -1(R14), AX
+	ANDQ $15, AX
+	INCQ AX
+	MOVL $1, BX
+	SHLXL AX, BX, BX
+	DECL BX
+	KMOVW BX, K1
 	CMPQ R14, $16
-	JLT  ptail
-	VMOVUPS (CX), Z0
-	VMOVUPS Z0, (DX)
-	ADDQ $64, CX
-	ADDQ $64, DX
-	SUBQ $16, R14
-	JMP  pvec
+	JLE  prun1
+	CMPQ R14, $32
+	JLE  prun2
+	CMPQ R14, $48
+	JLE  prun3
+	JMP  prun4
 
-ptail:
-	TESTQ R14, R14
-	JEQ  pnext
-	MOVL $1, R15
-	SHLXL R14, R15, R15
-	DECL R15
-	KMOVW R15, K1
-	VMOVUPS.Z (CX), K1, Z0
-	VMOVUPS Z0, K1, (DX)
+prun1:
+	MOVQ (R8), AX
+	ADDQ $8, R8
+	LEAQ (CX)(AX*4), AX
+	VMOVUPS.Z 0(AX), K1, Z0
+	VMOVUPS Z0, K1, 0(DX)
+	ADDQ R10, DX
+	DECQ R13
+	JNE  prun1
+	JMP  pnext
+
+prun2:
+	MOVQ (R8), AX
+	ADDQ $8, R8
+	LEAQ (CX)(AX*4), AX
+	VMOVUPS 0(AX), Z0
+	VMOVUPS.Z 64(AX), K1, Z1
+	VMOVUPS Z0, 0(DX)
+	VMOVUPS Z1, K1, 64(DX)
+	ADDQ R10, DX
+	DECQ R13
+	JNE  prun2
+	JMP  pnext
+
+prun3:
+	MOVQ (R8), AX
+	ADDQ $8, R8
+	LEAQ (CX)(AX*4), AX
+	VMOVUPS 0(AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS.Z 128(AX), K1, Z2
+	VMOVUPS Z0, 0(DX)
+	VMOVUPS Z1, 64(DX)
+	VMOVUPS Z2, K1, 128(DX)
+	ADDQ R10, DX
+	DECQ R13
+	JNE  prun3
+	JMP  pnext
+
+prun4:
+	MOVQ (R8), AX
+	ADDQ $8, R8
+	LEAQ (CX)(AX*4), AX
+	VMOVUPS 0(AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS.Z 192(AX), K1, Z3
+	VMOVUPS Z0, 0(DX)
+	VMOVUPS Z1, 64(DX)
+	VMOVUPS Z2, 128(DX)
+	VMOVUPS Z3, K1, 192(DX)
+	ADDQ R10, DX
+	DECQ R13
+	JNE  prun4
+	JMP  pnext
 
 pnext:
-	DECQ R13
+	DECQ R12
 	JNE  prun
-	ADDQ $8, R8
-	ADDQ R10, DI
-	DECQ R9
-	JNE  prow
 
 pdone:
+	VZEROUPPER
+	RET
+
+// findRunsAVX512 splits js[:nj] (1 <= nj <= 64) into runs of contiguous
+// offsets, writing triples (dj, js[dj], len) to runs, and returns their
+// number and the least and greatest offset. It compares 8 offsets with
+// their successors at a time and walks the resulting bit mask of run ends,
+// which costs far less than a scalar scan when k is small and a panel's
+// split is redone for few rows of copying.
+//
+// func findRunsAVX512(js *int, nj int, runs *int) (nr, lo, hi int)
+TEXT ·findRunsAVX512(SB), NOSPLIT, $0-48
+	MOVQ js+0(FP), SI
+	MOVQ nj+8(FP), CX
+	MOVQ runs+16(FP), DI
+	VPBROADCASTQ (SI), Z4 // least so far
+	VMOVDQA64 Z4, Z5      // greatest so far
+	MOVQ $1, AX
+	VPBROADCASTQ AX, Z3
+	XORQ R8, R8           // run-end mask
+	XORQ DX, DX           // j
+	MOVQ $0xff, R11
+
+rloop:
+	MOVQ CX, R9
+	SUBQ DX, R9           // nj - j >= 1
+	BZHIQ R9, R11, R10    // lanes with j+l < nj
+	KMOVB R10, K2
+	DECQ R9
+	BZHIQ R9, R11, R10    // lanes with j+l+1 < nj
+	KMOVB R10, K3
+	VMOVDQU64.Z (SI)(DX*8), K2, Z0
+	VMOVDQU64.Z 8(SI)(DX*8), K3, Z1
+	VPMINSQ Z0, Z4, K2, Z4
+	VPMAXSQ Z0, Z5, K2, Z5
+	VPADDQ Z3, Z0, Z0
+	VPCMPQ $4, Z1, Z0, K3, K1 // js[j+l]+1 != js[j+l+1]
+	KMOVB K1, R10
+	SHLXQ DX, R10, R10
+	ORQ  R10, R8
+	ADDQ $8, DX
+	CMPQ DX, CX
+	JLT  rloop
+
+	// The last offset ends the last run.
+	LEAQ -1(CX), R9
+	BTSQ R9, R8
+
+	// Reduce the least and greatest over the 8 lanes.
+	VSHUFI64X2 $0x4e, Z4, Z4, Z6
+	VPMINSQ Z6, Z4, Z4
+	VSHUFI64X2 $0xb1, Z4, Z4, Z6
+	VPMINSQ Z6, Z4, Z4
+	VPSHUFD $0x4e, Z4, Z6
+	VPMINSQ Z6, Z4, Z4
+	VMOVQ X4, R9
+	MOVQ R9, lo+32(FP)
+	VSHUFI64X2 $0x4e, Z5, Z5, Z6
+	VPMAXSQ Z6, Z5, Z5
+	VSHUFI64X2 $0xb1, Z5, Z5, Z6
+	VPMAXSQ Z6, Z5, Z5
+	VPSHUFD $0x4e, Z5, Z6
+	VPMAXSQ Z6, Z5, Z5
+	VMOVQ X5, R9
+	MOVQ R9, hi+40(FP)
+
+	// Each set bit e of the mask ends a run that started after the
+	// previous one.
+	XORQ AX, AX // runs
+	XORQ BX, BX // start of this run
+
+rend:
+	TZCNTQ R8, R9
+	MOVQ BX, (DI)
+	MOVQ (SI)(BX*8), R10
+	MOVQ R10, 8(DI)
+	LEAQ 1(R9), R10
+	SUBQ BX, R10
+	MOVQ R10, 16(DI)
+	ADDQ $24, DI
+	INCQ AX
+	LEAQ 1(R9), BX
+	BLSRQ R8, R8
+	JNE  rend
+
+	MOVQ AX, nr+24(FP)
 	VZEROUPPER
 	RET

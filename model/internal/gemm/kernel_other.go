@@ -12,3 +12,6 @@ var haveRunCopier = false
 func copyRuns(dst, data *float32, ks *int, nk, w int, runs *int, nruns int) {
 	panic("gemm: no run copier")
 }
+
+// findRuns is findRunsGo: no assembly in this build.
+func findRuns(js []int, runs []int) (nr, lo, hi int) { return findRunsGo(js, runs) }
