@@ -356,7 +356,13 @@ func packPanel(dst, data []float32, ks, js []int, w int, kContig bool, klo, khi 
 		if klo+lo < 0 || khi+hi >= len(data) || len(dst) < (len(ks)-1)*w+nj {
 			panic("gemm: offsets out of range")
 		}
-		copyRuns(&dst[0], &data[0], &ks[0], len(ks), w, &runs[0], nr)
+		// The copier takes one run down all rows, so give it rows by the
+		// 8 KiB (stride w) that stay in L1 until the next run fills them
+		// in.
+		step := max(1, 2048/w)
+		for p := 0; p < len(ks); p += step {
+			copyRuns(&dst[p*w], &data[0], &ks[p], min(step, len(ks)-p), w, &runs[0], nr)
+		}
 	case nr == 1:
 		// Rows of the panel are contiguous in data (dense B, transposed
 		// dense A): copy them.
