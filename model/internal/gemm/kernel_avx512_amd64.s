@@ -8,13 +8,14 @@
 // per cycle with 4 cycles' latency, so 24 independent chains keep it busy,
 // and the 10 loads per step fit its load ports.
 //
-// Narrow tiles (cols <= 48, 32 or 16) run a loop over 3, 2 or 1 vectors per
-// row instead, so a thin C (n = 10 or 32) does not pay for 64 columns. With
-// 2 or 1 vectors, A is broadcast inside the FMA (embedded broadcast): a
-// separate VBROADCASTSS per one or two FMAs holds the 1-vector loop to 70%
-// of peak on Zen 4, the embedded form runs it at full speed. The last
-// vector of each row is written under a mask and rows past rows are not
-// written, so partial tiles go straight to C.
+// Partial tiles run a loop over only the vectors (cols <= 48, 32, 16: 3, 2,
+// 1 per row) and rows (rows <= 4, 2) they need, so a thin C (n = 10 or 32,
+// m = 32 or 10) does not pay for the full tile. With 2 or 1 vectors per row
+// A is broadcast inside the FMA (embedded broadcast): a separate
+// VBROADCASTSS per one or two FMAs holds the 1-vector loop to 70% of peak
+// on Zen 4, the embedded form runs it at full speed. The last vector of
+// each row is written under a mask (K1) and rows past rows are not written,
+// so partial tiles go straight to C.
 //
 // A element (i, p) is read at a + i*sa + p*sp (in floats): packed panels
 // have sa = 1, sp = 6, but dense A (sa = lda, sp = 1) and transposed dense A
@@ -22,7 +23,8 @@
 // per k step whatever cols is.
 //
 // Write-out: C = alpha*acc, or alpha*acc + beta*C with both products rounded
-// before the add, exactly as writeTile does in Go.
+// before the add, exactly as writeTile does in Go (alpha == 1 skips the
+// multiplication, which changes no bits).
 
 // func kernelAVX512(k int, a *float32, sa, sp int, b, c *float32, ldc, rows, cols int, alpha, beta float32)
 TEXT ·kernelAVX512(SB), NOSPLIT, $0-80
@@ -65,7 +67,7 @@ TEXT ·kernelAVX512(SB), NOSPLIT, $0-80
 	VPXORD Z22, Z22, Z22
 	VPXORD Z23, Z23, Z23
 
-	// K1 masks the last vector of a row: its cols - 16*(nv-1) columns.
+	// K1 masks the last vector of a row: its ((cols-1)&15)+1 columns.
 	LEAQ -1(R14), R12
 	ANDQ $15, R12
 	INCQ R12
@@ -73,19 +75,43 @@ TEXT ·kernelAVX512(SB), NOSPLIT, $0-80
 	SHLXL R12, R15, R15
 	DECL R15
 	KMOVW R15, K1
+
+	// Pick the loop for the rows and vectors the tile needs.
+	CMPQ R13, $2
+	JLE  rows2
+	CMPQ R13, $4
+	JLE  rows4
 	CMPQ R14, $48
-	JGT  nv4
+	JGT  loop6x4
 	CMPQ R14, $32
-	JGT  nv3
+	JGT  loop6x3
 	CMPQ R14, $16
-	JGT  nv2
-	JMP  nv1
+	JGT  loop6x2
+	JMP  loop6x1
 
-nv4:
+rows4:
+	CMPQ R14, $48
+	JGT  loop4x4
+	CMPQ R14, $32
+	JGT  loop4x3
+	CMPQ R14, $16
+	JGT  loop4x2
+	JMP  loop4x1
+
+rows2:
+	CMPQ R14, $48
+	JGT  loop2x4
+	CMPQ R14, $32
+	JGT  loop2x3
+	CMPQ R14, $16
+	JGT  loop2x2
+	JMP  loop2x1
+
+loop6x4:
 	TESTQ CX, CX
-	JEQ  nv4_store
+	JEQ  store4
 
-nv4_loop:
+loop6x4_k:
 	VMOVUPS 0(BX), Z24
 	VMOVUPS 64(BX), Z25
 	VMOVUPS 128(BX), Z26
@@ -123,14 +149,276 @@ nv4_loop:
 	ADDQ R11, AX
 	ADDQ $256, BX
 	DECQ CX
-	JNE  nv4_loop
+	JNE  loop6x4_k
+	JMP  store4
 
-nv4_store:
+loop6x3:
+	TESTQ CX, CX
+	JEQ  store3
+
+loop6x3_k:
+	VMOVUPS 0(BX), Z24
+	VMOVUPS 64(BX), Z25
+	VMOVUPS 128(BX), Z26
+	VBROADCASTSS (AX), Z28
+	VFMADD231PS Z24, Z28, Z0
+	VFMADD231PS Z25, Z28, Z1
+	VFMADD231PS Z26, Z28, Z2
+	VBROADCASTSS (AX)(R8*1), Z29
+	VFMADD231PS Z24, Z29, Z4
+	VFMADD231PS Z25, Z29, Z5
+	VFMADD231PS Z26, Z29, Z6
+	VBROADCASTSS (AX)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z8
+	VFMADD231PS Z25, Z30, Z9
+	VFMADD231PS Z26, Z30, Z10
+	VBROADCASTSS (AX)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z12
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z14
+	VBROADCASTSS (AX)(R8*4), Z28
+	VFMADD231PS Z24, Z28, Z16
+	VFMADD231PS Z25, Z28, Z17
+	VFMADD231PS Z26, Z28, Z18
+	VBROADCASTSS (AX)(R10*1), Z29
+	VFMADD231PS Z24, Z29, Z20
+	VFMADD231PS Z25, Z29, Z21
+	VFMADD231PS Z26, Z29, Z22
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop6x3_k
+	JMP  store3
+
+loop6x2:
+	TESTQ CX, CX
+	JEQ  store2
+
+loop6x2_k:
+	VMOVUPS 0(BX), Z24
+	VMOVUPS 64(BX), Z25
+	VFMADD231PS.BCST (AX), Z24, Z0
+	VFMADD231PS.BCST (AX), Z25, Z1
+	VFMADD231PS.BCST (AX)(R8*1), Z24, Z4
+	VFMADD231PS.BCST (AX)(R8*1), Z25, Z5
+	VFMADD231PS.BCST (AX)(R8*2), Z24, Z8
+	VFMADD231PS.BCST (AX)(R8*2), Z25, Z9
+	VFMADD231PS.BCST (AX)(R9*1), Z24, Z12
+	VFMADD231PS.BCST (AX)(R9*1), Z25, Z13
+	VFMADD231PS.BCST (AX)(R8*4), Z24, Z16
+	VFMADD231PS.BCST (AX)(R8*4), Z25, Z17
+	VFMADD231PS.BCST (AX)(R10*1), Z24, Z20
+	VFMADD231PS.BCST (AX)(R10*1), Z25, Z21
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop6x2_k
+	JMP  store2
+
+loop6x1:
+	TESTQ CX, CX
+	JEQ  store1
+
+loop6x1_k:
+	VMOVUPS 0(BX), Z24
+	VFMADD231PS.BCST (AX), Z24, Z0
+	VFMADD231PS.BCST (AX)(R8*1), Z24, Z4
+	VFMADD231PS.BCST (AX)(R8*2), Z24, Z8
+	VFMADD231PS.BCST (AX)(R9*1), Z24, Z12
+	VFMADD231PS.BCST (AX)(R8*4), Z24, Z16
+	VFMADD231PS.BCST (AX)(R10*1), Z24, Z20
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop6x1_k
+	JMP  store1
+
+loop4x4:
+	TESTQ CX, CX
+	JEQ  store4
+
+loop4x4_k:
+	VMOVUPS 0(BX), Z24
+	VMOVUPS 64(BX), Z25
+	VMOVUPS 128(BX), Z26
+	VMOVUPS 192(BX), Z27
+	VBROADCASTSS (AX), Z28
+	VFMADD231PS Z24, Z28, Z0
+	VFMADD231PS Z25, Z28, Z1
+	VFMADD231PS Z26, Z28, Z2
+	VFMADD231PS Z27, Z28, Z3
+	VBROADCASTSS (AX)(R8*1), Z29
+	VFMADD231PS Z24, Z29, Z4
+	VFMADD231PS Z25, Z29, Z5
+	VFMADD231PS Z26, Z29, Z6
+	VFMADD231PS Z27, Z29, Z7
+	VBROADCASTSS (AX)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z8
+	VFMADD231PS Z25, Z30, Z9
+	VFMADD231PS Z26, Z30, Z10
+	VFMADD231PS Z27, Z30, Z11
+	VBROADCASTSS (AX)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z12
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z14
+	VFMADD231PS Z27, Z31, Z15
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop4x4_k
+	JMP  store4
+
+loop4x3:
+	TESTQ CX, CX
+	JEQ  store3
+
+loop4x3_k:
+	VMOVUPS 0(BX), Z24
+	VMOVUPS 64(BX), Z25
+	VMOVUPS 128(BX), Z26
+	VBROADCASTSS (AX), Z28
+	VFMADD231PS Z24, Z28, Z0
+	VFMADD231PS Z25, Z28, Z1
+	VFMADD231PS Z26, Z28, Z2
+	VBROADCASTSS (AX)(R8*1), Z29
+	VFMADD231PS Z24, Z29, Z4
+	VFMADD231PS Z25, Z29, Z5
+	VFMADD231PS Z26, Z29, Z6
+	VBROADCASTSS (AX)(R8*2), Z30
+	VFMADD231PS Z24, Z30, Z8
+	VFMADD231PS Z25, Z30, Z9
+	VFMADD231PS Z26, Z30, Z10
+	VBROADCASTSS (AX)(R9*1), Z31
+	VFMADD231PS Z24, Z31, Z12
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z14
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop4x3_k
+	JMP  store3
+
+loop4x2:
+	TESTQ CX, CX
+	JEQ  store2
+
+loop4x2_k:
+	VMOVUPS 0(BX), Z24
+	VMOVUPS 64(BX), Z25
+	VFMADD231PS.BCST (AX), Z24, Z0
+	VFMADD231PS.BCST (AX), Z25, Z1
+	VFMADD231PS.BCST (AX)(R8*1), Z24, Z4
+	VFMADD231PS.BCST (AX)(R8*1), Z25, Z5
+	VFMADD231PS.BCST (AX)(R8*2), Z24, Z8
+	VFMADD231PS.BCST (AX)(R8*2), Z25, Z9
+	VFMADD231PS.BCST (AX)(R9*1), Z24, Z12
+	VFMADD231PS.BCST (AX)(R9*1), Z25, Z13
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop4x2_k
+	JMP  store2
+
+loop4x1:
+	TESTQ CX, CX
+	JEQ  store1
+
+loop4x1_k:
+	VMOVUPS 0(BX), Z24
+	VFMADD231PS.BCST (AX), Z24, Z0
+	VFMADD231PS.BCST (AX)(R8*1), Z24, Z4
+	VFMADD231PS.BCST (AX)(R8*2), Z24, Z8
+	VFMADD231PS.BCST (AX)(R9*1), Z24, Z12
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop4x1_k
+	JMP  store1
+
+loop2x4:
+	TESTQ CX, CX
+	JEQ  store4
+
+loop2x4_k:
+	VMOVUPS 0(BX), Z24
+	VMOVUPS 64(BX), Z25
+	VMOVUPS 128(BX), Z26
+	VMOVUPS 192(BX), Z27
+	VBROADCASTSS (AX), Z28
+	VFMADD231PS Z24, Z28, Z0
+	VFMADD231PS Z25, Z28, Z1
+	VFMADD231PS Z26, Z28, Z2
+	VFMADD231PS Z27, Z28, Z3
+	VBROADCASTSS (AX)(R8*1), Z29
+	VFMADD231PS Z24, Z29, Z4
+	VFMADD231PS Z25, Z29, Z5
+	VFMADD231PS Z26, Z29, Z6
+	VFMADD231PS Z27, Z29, Z7
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop2x4_k
+	JMP  store4
+
+loop2x3:
+	TESTQ CX, CX
+	JEQ  store3
+
+loop2x3_k:
+	VMOVUPS 0(BX), Z24
+	VMOVUPS 64(BX), Z25
+	VMOVUPS 128(BX), Z26
+	VBROADCASTSS (AX), Z28
+	VFMADD231PS Z24, Z28, Z0
+	VFMADD231PS Z25, Z28, Z1
+	VFMADD231PS Z26, Z28, Z2
+	VBROADCASTSS (AX)(R8*1), Z29
+	VFMADD231PS Z24, Z29, Z4
+	VFMADD231PS Z25, Z29, Z5
+	VFMADD231PS Z26, Z29, Z6
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop2x3_k
+	JMP  store3
+
+loop2x2:
+	TESTQ CX, CX
+	JEQ  store2
+
+loop2x2_k:
+	VMOVUPS 0(BX), Z24
+	VMOVUPS 64(BX), Z25
+	VFMADD231PS.BCST (AX), Z24, Z0
+	VFMADD231PS.BCST (AX), Z25, Z1
+	VFMADD231PS.BCST (AX)(R8*1), Z24, Z4
+	VFMADD231PS.BCST (AX)(R8*1), Z25, Z5
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop2x2_k
+	JMP  store2
+
+loop2x1:
+	TESTQ CX, CX
+	JEQ  store1
+
+loop2x1_k:
+	VMOVUPS 0(BX), Z24
+	VFMADD231PS.BCST (AX), Z24, Z0
+	VFMADD231PS.BCST (AX)(R8*1), Z24, Z4
+	ADDQ R11, AX
+	ADDQ $256, BX
+	DECQ CX
+	JNE  loop2x1_k
+	JMP  store1
+
+store4:
 	VBROADCASTSS alpha+72(FP), Z28
 	VBROADCASTSS beta+76(FP), Z29
 	MOVL beta+76(FP), R12
 	ANDL $0x7fffffff, R12 // beta == 0, either sign: do not read C
-	JEQ  nv4_store0
+	JEQ  store4_beta0
 	VMULPS Z28, Z0, Z0
 	VMULPS 0(DI), Z29, Z30
 	VADDPS Z30, Z0, Z0
@@ -250,7 +538,10 @@ nv4_store:
 	VMOVUPS Z23, K1, 192(DI)
 	JMP  done
 
-nv4_store0:
+store4_beta0:
+	MOVL alpha+72(FP), R12
+	CMPL R12, $0x3f800000 // alpha == 1: plain stores
+	JEQ  store4_plain
 	VMULPS Z28, Z0, Z0
 	VMOVUPS Z0, 0(DI)
 	VMULPS Z28, Z1, Z1
@@ -316,49 +607,54 @@ nv4_store0:
 	VMOVUPS Z23, K1, 192(DI)
 	JMP  done
 
-nv3:
-	TESTQ CX, CX
-	JEQ  nv3_store
+store4_plain:
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, K1, 192(DI)
+	CMPQ R13, $1
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z4, 0(DI)
+	VMOVUPS Z5, 64(DI)
+	VMOVUPS Z6, 128(DI)
+	VMOVUPS Z7, K1, 192(DI)
+	CMPQ R13, $2
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z8, 0(DI)
+	VMOVUPS Z9, 64(DI)
+	VMOVUPS Z10, 128(DI)
+	VMOVUPS Z11, K1, 192(DI)
+	CMPQ R13, $3
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z12, 0(DI)
+	VMOVUPS Z13, 64(DI)
+	VMOVUPS Z14, 128(DI)
+	VMOVUPS Z15, K1, 192(DI)
+	CMPQ R13, $4
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z16, 0(DI)
+	VMOVUPS Z17, 64(DI)
+	VMOVUPS Z18, 128(DI)
+	VMOVUPS Z19, K1, 192(DI)
+	CMPQ R13, $5
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z20, 0(DI)
+	VMOVUPS Z21, 64(DI)
+	VMOVUPS Z22, 128(DI)
+	VMOVUPS Z23, K1, 192(DI)
+	JMP  done
 
-nv3_loop:
-	VMOVUPS 0(BX), Z24
-	VMOVUPS 64(BX), Z25
-	VMOVUPS 128(BX), Z26
-	VBROADCASTSS (AX), Z28
-	VFMADD231PS Z24, Z28, Z0
-	VFMADD231PS Z25, Z28, Z1
-	VFMADD231PS Z26, Z28, Z2
-	VBROADCASTSS (AX)(R8*1), Z29
-	VFMADD231PS Z24, Z29, Z4
-	VFMADD231PS Z25, Z29, Z5
-	VFMADD231PS Z26, Z29, Z6
-	VBROADCASTSS (AX)(R8*2), Z30
-	VFMADD231PS Z24, Z30, Z8
-	VFMADD231PS Z25, Z30, Z9
-	VFMADD231PS Z26, Z30, Z10
-	VBROADCASTSS (AX)(R9*1), Z31
-	VFMADD231PS Z24, Z31, Z12
-	VFMADD231PS Z25, Z31, Z13
-	VFMADD231PS Z26, Z31, Z14
-	VBROADCASTSS (AX)(R8*4), Z28
-	VFMADD231PS Z24, Z28, Z16
-	VFMADD231PS Z25, Z28, Z17
-	VFMADD231PS Z26, Z28, Z18
-	VBROADCASTSS (AX)(R10*1), Z29
-	VFMADD231PS Z24, Z29, Z20
-	VFMADD231PS Z25, Z29, Z21
-	VFMADD231PS Z26, Z29, Z22
-	ADDQ R11, AX
-	ADDQ $256, BX
-	DECQ CX
-	JNE  nv3_loop
-
-nv3_store:
+store3:
 	VBROADCASTSS alpha+72(FP), Z28
 	VBROADCASTSS beta+76(FP), Z29
 	MOVL beta+76(FP), R12
 	ANDL $0x7fffffff, R12 // beta == 0, either sign: do not read C
-	JEQ  nv3_store0
+	JEQ  store3_beta0
 	VMULPS Z28, Z0, Z0
 	VMULPS 0(DI), Z29, Z30
 	VADDPS Z30, Z0, Z0
@@ -454,7 +750,10 @@ nv3_store:
 	VMOVUPS Z22, K1, 128(DI)
 	JMP  done
 
-nv3_store0:
+store3_beta0:
+	MOVL alpha+72(FP), R12
+	CMPL R12, $0x3f800000 // alpha == 1: plain stores
+	JEQ  store3_plain
 	VMULPS Z28, Z0, Z0
 	VMOVUPS Z0, 0(DI)
 	VMULPS Z28, Z1, Z1
@@ -508,36 +807,48 @@ nv3_store0:
 	VMOVUPS Z22, K1, 128(DI)
 	JMP  done
 
-nv2:
-	TESTQ CX, CX
-	JEQ  nv2_store
+store3_plain:
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, K1, 128(DI)
+	CMPQ R13, $1
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z4, 0(DI)
+	VMOVUPS Z5, 64(DI)
+	VMOVUPS Z6, K1, 128(DI)
+	CMPQ R13, $2
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z8, 0(DI)
+	VMOVUPS Z9, 64(DI)
+	VMOVUPS Z10, K1, 128(DI)
+	CMPQ R13, $3
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z12, 0(DI)
+	VMOVUPS Z13, 64(DI)
+	VMOVUPS Z14, K1, 128(DI)
+	CMPQ R13, $4
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z16, 0(DI)
+	VMOVUPS Z17, 64(DI)
+	VMOVUPS Z18, K1, 128(DI)
+	CMPQ R13, $5
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z20, 0(DI)
+	VMOVUPS Z21, 64(DI)
+	VMOVUPS Z22, K1, 128(DI)
+	JMP  done
 
-nv2_loop:
-	VMOVUPS 0(BX), Z24
-	VMOVUPS 64(BX), Z25
-	VFMADD231PS.BCST (AX), Z24, Z0
-	VFMADD231PS.BCST (AX), Z25, Z1
-	VFMADD231PS.BCST (AX)(R8*1), Z24, Z4
-	VFMADD231PS.BCST (AX)(R8*1), Z25, Z5
-	VFMADD231PS.BCST (AX)(R8*2), Z24, Z8
-	VFMADD231PS.BCST (AX)(R8*2), Z25, Z9
-	VFMADD231PS.BCST (AX)(R9*1), Z24, Z12
-	VFMADD231PS.BCST (AX)(R9*1), Z25, Z13
-	VFMADD231PS.BCST (AX)(R8*4), Z24, Z16
-	VFMADD231PS.BCST (AX)(R8*4), Z25, Z17
-	VFMADD231PS.BCST (AX)(R10*1), Z24, Z20
-	VFMADD231PS.BCST (AX)(R10*1), Z25, Z21
-	ADDQ R11, AX
-	ADDQ $256, BX
-	DECQ CX
-	JNE  nv2_loop
-
-nv2_store:
+store2:
 	VBROADCASTSS alpha+72(FP), Z28
 	VBROADCASTSS beta+76(FP), Z29
 	MOVL beta+76(FP), R12
 	ANDL $0x7fffffff, R12 // beta == 0, either sign: do not read C
-	JEQ  nv2_store0
+	JEQ  store2_beta0
 	VMULPS Z28, Z0, Z0
 	VMULPS 0(DI), Z29, Z30
 	VADDPS Z30, Z0, Z0
@@ -609,7 +920,10 @@ nv2_store:
 	VMOVUPS Z21, K1, 64(DI)
 	JMP  done
 
-nv2_store0:
+store2_beta0:
+	MOVL alpha+72(FP), R12
+	CMPL R12, $0x3f800000 // alpha == 1: plain stores
+	JEQ  store2_plain
 	VMULPS Z28, Z0, Z0
 	VMOVUPS Z0, 0(DI)
 	VMULPS Z28, Z1, Z1
@@ -651,29 +965,42 @@ nv2_store0:
 	VMOVUPS Z21, K1, 64(DI)
 	JMP  done
 
-nv1:
-	TESTQ CX, CX
-	JEQ  nv1_store
+store2_plain:
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z1, K1, 64(DI)
+	CMPQ R13, $1
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z4, 0(DI)
+	VMOVUPS Z5, K1, 64(DI)
+	CMPQ R13, $2
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z8, 0(DI)
+	VMOVUPS Z9, K1, 64(DI)
+	CMPQ R13, $3
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z12, 0(DI)
+	VMOVUPS Z13, K1, 64(DI)
+	CMPQ R13, $4
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z16, 0(DI)
+	VMOVUPS Z17, K1, 64(DI)
+	CMPQ R13, $5
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z20, 0(DI)
+	VMOVUPS Z21, K1, 64(DI)
+	JMP  done
 
-nv1_loop:
-	VMOVUPS 0(BX), Z24
-	VFMADD231PS.BCST (AX), Z24, Z0
-	VFMADD231PS.BCST (AX)(R8*1), Z24, Z4
-	VFMADD231PS.BCST (AX)(R8*2), Z24, Z8
-	VFMADD231PS.BCST (AX)(R9*1), Z24, Z12
-	VFMADD231PS.BCST (AX)(R8*4), Z24, Z16
-	VFMADD231PS.BCST (AX)(R10*1), Z24, Z20
-	ADDQ R11, AX
-	ADDQ $256, BX
-	DECQ CX
-	JNE  nv1_loop
-
-nv1_store:
+store1:
 	VBROADCASTSS alpha+72(FP), Z28
 	VBROADCASTSS beta+76(FP), Z29
 	MOVL beta+76(FP), R12
 	ANDL $0x7fffffff, R12 // beta == 0, either sign: do not read C
-	JEQ  nv1_store0
+	JEQ  store1_beta0
 	VMULPS Z28, Z0, Z0
 	VMOVUPS.Z 0(DI), K1, Z30
 	VMULPS Z29, Z30, Z30
@@ -721,7 +1048,10 @@ nv1_store:
 	VMOVUPS Z20, K1, 0(DI)
 	JMP  done
 
-nv1_store0:
+store1_beta0:
+	MOVL alpha+72(FP), R12
+	CMPL R12, $0x3f800000 // alpha == 1: plain stores
+	JEQ  store1_plain
 	VMULPS Z28, Z0, Z0
 	VMOVUPS Z0, K1, 0(DI)
 	CMPQ R13, $1
@@ -748,6 +1078,30 @@ nv1_store0:
 	JLE  done
 	ADDQ DX, DI
 	VMULPS Z28, Z20, Z20
+	VMOVUPS Z20, K1, 0(DI)
+	JMP  done
+
+store1_plain:
+	VMOVUPS Z0, K1, 0(DI)
+	CMPQ R13, $1
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z4, K1, 0(DI)
+	CMPQ R13, $2
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z8, K1, 0(DI)
+	CMPQ R13, $3
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z12, K1, 0(DI)
+	CMPQ R13, $4
+	JLE  done
+	ADDQ DX, DI
+	VMOVUPS Z16, K1, 0(DI)
+	CMPQ R13, $5
+	JLE  done
+	ADDQ DX, DI
 	VMOVUPS Z20, K1, 0(DI)
 	JMP  done
 
