@@ -71,7 +71,8 @@ func operand(rng *rand.Rand, rows, cols int, kind string, conv [6]int) Mat {
 }
 
 // BenchmarkMul times Mul for every kernel this machine runs; pick one with
-// -bench Mul/asm or -bench Mul/generic.
+// -bench Mul/asm or -bench Mul/generic (which also packs in pure Go, as
+// the purego build does).
 func BenchmarkMul(b *testing.B) {
 	for _, k := range runnable {
 		name := "generic"
@@ -79,8 +80,9 @@ func BenchmarkMul(b *testing.B) {
 			name = fmt.Sprintf("asm%dx%d", k.mr, k.nr)
 		}
 		b.Run(name, func(b *testing.B) {
+			defer func(h bool) { override, haveRunCopier = nil, h }(haveRunCopier)
 			override = k
-			defer func() { override = nil }()
+			haveRunCopier = haveRunCopier && k != &genericKernel
 			for _, c := range benchCases {
 				benchMul(b, 1, c)
 			}
