@@ -39,6 +39,10 @@ var benchCases = []benchCase{
 	{m: 512, k: 64, n: 1024, a: "T", b: "N"},
 	{m: 64, k: 512, n: 10, a: "N", b: "N"},
 	{m: 64, k: 10, n: 512, a: "N", b: "T"},
+	// Input gradients of dense layers as dY * W^T, W stored in x out.
+	{m: 64, k: 32, n: 784, a: "N", b: "T"},
+	{m: 64, k: 128, n: 1600, a: "N", b: "T"},
+	{m: 64, k: 512, n: 1024, a: "N", b: "T"},
 	// Convolutions, batch 64: weights x patches.
 	{m: 6, k: 25, n: 36864, a: "N", b: "im2col", conv: [6]int{64, 1, 28, 28, 5, 5}},
 	{m: 6, k: 150, n: 4096, a: "N", b: "im2col", conv: [6]int{64, 6, 12, 12, 5, 5}},

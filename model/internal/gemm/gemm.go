@@ -374,6 +374,12 @@ func packPanel(dst, data []float32, ks, js []int, w int, kContig bool, klo, khi 
 		// Columns of the panel are contiguous (dense A, transposed dense
 		// B): read each one sequentially, writing with stride w.
 		k0, kc := ks[0], len(ks)
+		if w%16 == 0 && transpose16(dst, data, k0, js[:min(16, nj)], kc, w) {
+			for j0 := 16; j0 < nj; j0 += 16 {
+				transpose16(dst[j0:], data, k0, js[j0:min(j0+16, nj)], kc, w)
+			}
+			return
+		}
 		for j, o := range js {
 			src := data[k0+o : k0+o+kc]
 			d := dst[j:]

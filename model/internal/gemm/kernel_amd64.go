@@ -23,6 +23,11 @@ func packRunsAVX512(dst, data *float32, ks *int, nk, w int, runs *int, nruns int
 //go:noescape
 func findRunsAVX512(js *int, nj int, runs *int) (nr, lo, hi int)
 
+// transposeAVX512 is transpose16 in AVX-512.
+//
+//go:noescape
+func transposeAVX512(dst, data *float32, offs *int, kc, w int)
+
 // The block sizes were measured on Zen 4 (32 KiB L1d, 1 MiB L2): kc*mr
 // floats of A stay in L1, kc*nc floats of packed B fill half of L2.
 var (
@@ -67,6 +72,30 @@ func findRuns(js []int, runs []int) (nr, lo, hi int) {
 		return findRunsAVX512(&js[0], len(js), &runs[0])
 	}
 	return findRunsGo(js, runs)
+}
+
+// transpose16 packs the transposes of up to 16 columns, each contiguous:
+// dst[p*w+i] = data[k0+js[i]+p] for i < len(js), p < kc. It reports false,
+// doing nothing, where there is no assembly for it.
+func transpose16(dst, data []float32, k0 int, js []int, kc, w int) bool {
+	if !haveRunCopier || w%16 != 0 {
+		return false
+	}
+	var offs [16]int
+	for i := range offs {
+		// Columns past len(js) repeat the first: their lanes are padding.
+		o := k0 + js[0]
+		if i < len(js) {
+			o = k0 + js[i]
+		}
+		if o < 0 || o+kc > len(data) {
+			panic("gemm: offsets out of range")
+		}
+		offs[i] = o
+	}
+	_ = dst[(kc-1)*w+15]
+	transposeAVX512(&dst[0], &data[0], &offs[0], kc, w)
+	return true
 }
 
 func runAVX512(k int, a []float32, off, sa, sp int, b, c []float32, ldc, rows, cols int, alpha, beta float32) {

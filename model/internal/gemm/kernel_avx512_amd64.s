@@ -1219,6 +1219,224 @@ pdone:
 	VZEROUPPER
 	RET
 
+// transposeAVX512 packs the transposes of 16 columns: dst[p*w+i] =
+// data[offs[i]+p] for i < 16, p < kc, where each column data[offs[i]:][:kc]
+// is contiguous (a transposed dense operand). Blocks of 16x16 are loaded as
+// 16 vectors, transposed in registers (unpack by 32 and 64 bits, then two
+// rounds of 128-bit lane shuffles) and stored as 16 rows, instead of
+// moving 256 floats one by one. The last block loads its short columns
+// under a mask and stores only its rows.
+//
+// func transposeAVX512(dst, data *float32, offs *int, kc, w int)
+TEXT ·transposeAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ data+8(FP), SI
+	MOVQ offs+16(FP), R8
+	MOVQ kc+24(FP), CX
+	MOVQ w+32(FP), R10
+	SHLQ $2, R10 // dst row stride in bytes
+	XORQ DX, DX  // p0
+
+tblock:
+	MOVQ CX, R11
+	SUBQ DX, R11 // rows left
+	JLE  tdone
+	MOVL $0xffff, R12
+	CMPQ R11, $16
+	JGE  tfull
+	MOVL $1, R12
+	SHLXL R11, R12, R12
+	DECL R12
+
+tfull:
+	KMOVW R12, K1
+	MOVQ 0(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z0
+	MOVQ 8(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z1
+	MOVQ 16(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z2
+	MOVQ 24(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z3
+	MOVQ 32(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z4
+	MOVQ 40(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z5
+	MOVQ 48(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z6
+	MOVQ 56(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z7
+	MOVQ 64(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z8
+	MOVQ 72(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z9
+	MOVQ 80(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z10
+	MOVQ 88(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z11
+	MOVQ 96(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z12
+	MOVQ 104(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z13
+	MOVQ 112(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z14
+	MOVQ 120(R8), AX
+	ADDQ DX, AX
+	VMOVUPS.Z (SI)(AX*4), K1, Z15
+	VUNPCKLPS Z1, Z0, Z16
+	VUNPCKHPS Z1, Z0, Z17
+	VUNPCKLPS Z3, Z2, Z18
+	VUNPCKHPS Z3, Z2, Z19
+	VUNPCKLPS Z5, Z4, Z20
+	VUNPCKHPS Z5, Z4, Z21
+	VUNPCKLPS Z7, Z6, Z22
+	VUNPCKHPS Z7, Z6, Z23
+	VUNPCKLPS Z9, Z8, Z24
+	VUNPCKHPS Z9, Z8, Z25
+	VUNPCKLPS Z11, Z10, Z26
+	VUNPCKHPS Z11, Z10, Z27
+	VUNPCKLPS Z13, Z12, Z28
+	VUNPCKHPS Z13, Z12, Z29
+	VUNPCKLPS Z15, Z14, Z30
+	VUNPCKHPS Z15, Z14, Z31
+	VUNPCKLPD Z18, Z16, Z0
+	VUNPCKHPD Z18, Z16, Z1
+	VUNPCKLPD Z19, Z17, Z2
+	VUNPCKHPD Z19, Z17, Z3
+	VUNPCKLPD Z22, Z20, Z4
+	VUNPCKHPD Z22, Z20, Z5
+	VUNPCKLPD Z23, Z21, Z6
+	VUNPCKHPD Z23, Z21, Z7
+	VUNPCKLPD Z26, Z24, Z8
+	VUNPCKHPD Z26, Z24, Z9
+	VUNPCKLPD Z27, Z25, Z10
+	VUNPCKHPD Z27, Z25, Z11
+	VUNPCKLPD Z30, Z28, Z12
+	VUNPCKHPD Z30, Z28, Z13
+	VUNPCKLPD Z31, Z29, Z14
+	VUNPCKHPD Z31, Z29, Z15
+	VSHUFF32X4 $0x88, Z4, Z0, Z16
+	VSHUFF32X4 $0xdd, Z4, Z0, Z17
+	VSHUFF32X4 $0x88, Z12, Z8, Z18
+	VSHUFF32X4 $0xdd, Z12, Z8, Z19
+	VSHUFF32X4 $0x88, Z5, Z1, Z20
+	VSHUFF32X4 $0xdd, Z5, Z1, Z21
+	VSHUFF32X4 $0x88, Z13, Z9, Z22
+	VSHUFF32X4 $0xdd, Z13, Z9, Z23
+	VSHUFF32X4 $0x88, Z6, Z2, Z24
+	VSHUFF32X4 $0xdd, Z6, Z2, Z25
+	VSHUFF32X4 $0x88, Z14, Z10, Z26
+	VSHUFF32X4 $0xdd, Z14, Z10, Z27
+	VSHUFF32X4 $0x88, Z7, Z3, Z28
+	VSHUFF32X4 $0xdd, Z7, Z3, Z29
+	VSHUFF32X4 $0x88, Z15, Z11, Z30
+	VSHUFF32X4 $0xdd, Z15, Z11, Z31
+	VSHUFF32X4 $0x88, Z18, Z16, Z0
+	VSHUFF32X4 $0xdd, Z18, Z16, Z8
+	VSHUFF32X4 $0x88, Z19, Z17, Z4
+	VSHUFF32X4 $0xdd, Z19, Z17, Z12
+	VSHUFF32X4 $0x88, Z22, Z20, Z1
+	VSHUFF32X4 $0xdd, Z22, Z20, Z9
+	VSHUFF32X4 $0x88, Z23, Z21, Z5
+	VSHUFF32X4 $0xdd, Z23, Z21, Z13
+	VSHUFF32X4 $0x88, Z26, Z24, Z2
+	VSHUFF32X4 $0xdd, Z26, Z24, Z10
+	VSHUFF32X4 $0x88, Z27, Z25, Z6
+	VSHUFF32X4 $0xdd, Z27, Z25, Z14
+	VSHUFF32X4 $0x88, Z30, Z28, Z3
+	VSHUFF32X4 $0xdd, Z30, Z28, Z11
+	VSHUFF32X4 $0x88, Z31, Z29, Z7
+	VSHUFF32X4 $0xdd, Z31, Z29, Z15
+	MOVQ DI, BX
+	VMOVUPS Z0, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $1
+	JLE  tnext
+	VMOVUPS Z1, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $2
+	JLE  tnext
+	VMOVUPS Z2, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $3
+	JLE  tnext
+	VMOVUPS Z3, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $4
+	JLE  tnext
+	VMOVUPS Z4, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $5
+	JLE  tnext
+	VMOVUPS Z5, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $6
+	JLE  tnext
+	VMOVUPS Z6, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $7
+	JLE  tnext
+	VMOVUPS Z7, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $8
+	JLE  tnext
+	VMOVUPS Z8, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $9
+	JLE  tnext
+	VMOVUPS Z9, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $10
+	JLE  tnext
+	VMOVUPS Z10, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $11
+	JLE  tnext
+	VMOVUPS Z11, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $12
+	JLE  tnext
+	VMOVUPS Z12, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $13
+	JLE  tnext
+	VMOVUPS Z13, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $14
+	JLE  tnext
+	VMOVUPS Z14, (BX)
+	ADDQ R10, BX
+	CMPQ R11, $15
+	JLE  tnext
+	VMOVUPS Z15, (BX)
+	ADDQ R10, BX
+
+tnext:
+	ADDQ $16, DX
+	MOVQ R10, AX
+	SHLQ $4, AX
+	ADDQ AX, DI
+	JMP  tblock
+
+tdone:
+	VZEROUPPER
+	RET
+
 // findRunsAVX512 splits js[:nj] (1 <= nj <= 64) into runs of contiguous
 // offsets, writing triples (dj, js[dj], len) to runs, and returns their
 // number and the least and greatest offset. It compares 8 offsets with

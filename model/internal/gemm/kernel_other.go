@@ -15,3 +15,6 @@ func copyRuns(dst, data *float32, ks *int, nk, w int, runs *int, nruns int) {
 
 // findRuns is findRunsGo: no assembly in this build.
 func findRuns(js []int, runs []int) (nr, lo, hi int) { return findRunsGo(js, runs) }
+
+// transpose16 is the AVX-512 transposer, absent here.
+func transpose16(dst, data []float32, k0 int, js []int, kc, w int) bool { return false }
