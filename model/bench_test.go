@@ -30,45 +30,57 @@ func synthetic(m *Model, n int, seed uint64) ([]float32, []int32) {
 	return x, y
 }
 
-// BenchmarkStep measures one SGD step (batch 64) of every architecture, as
-// ms/step: one Train call of one epoch over 64*steps examples, divided by
-// the steps, so weight loading and reading are amortised as in a client's
-// local training.
+// BenchmarkStep measures one SGD step (batch 64) of every architecture on
+// each engine, as ms/step: one Train call of one epoch over 64*steps
+// examples, divided by the steps, so weight loading and reading are
+// amortised as in a client's local training. native-t2 is the native
+// engine with SetThreads(2).
 func BenchmarkStep(b *testing.B) {
-	for _, arch := range Names() {
-		b.Run(arch, func(b *testing.B) {
-			m, err := New(arch, benchInput(arch), 10)
-			if err != nil {
-				b.Fatal(err)
+	for _, c := range []struct {
+		name    string
+		engine  Engine
+		threads int
+	}{{"native", Native, 1}, {"native-t2", Native, 2}, {"gomlx", GoMLX, 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			for _, arch := range Names() {
+				b.Run(arch, func(b *testing.B) { benchStep(b, arch, c.engine, c.threads) })
 			}
-			tr, err := m.NewTrainer(Optimizer{Name: "sgd", LR: 0.01})
-			if err != nil {
-				b.Fatal(err)
-			}
-			const steps = 10
-			x, y := synthetic(m, 64*steps, 1)
-			idx := make([]int, 64*steps)
-			for i := range idx {
-				idx[i] = i
-			}
-			w := m.Init(1)
-			cfg := TrainConfig{Epochs: 1, Batch: 64, Seed: 1}
-			if _, _, err := tr.Train(context.Background(), w, x, y, idx, cfg); err != nil { // compile
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for b.Loop() {
-				if _, _, err := tr.Train(context.Background(), w, x, y, idx, cfg); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/float64(b.N*steps), "ms/step")
 		})
 	}
 }
 
-// BenchmarkCompile measures building and compiling a trainer's evaluation
-// graph and training graph (batch 64).
+func benchStep(b *testing.B, arch string, e Engine, threads int) {
+	m, err := New(arch, benchInput(arch), 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr, err := m.NewTrainerOn(e, Optimizer{Name: "sgd", LR: 0.01})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr.SetThreads(threads)
+	const steps = 10
+	x, y := synthetic(m, 64*steps, 1)
+	idx := make([]int, 64*steps)
+	for i := range idx {
+		idx[i] = i
+	}
+	w := m.Init(1)
+	cfg := TrainConfig{Epochs: 1, Batch: 64, Seed: 1}
+	if _, _, err := tr.Train(context.Background(), w, x, y, idx, cfg); err != nil { // compile, allocate
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, _, err := tr.Train(context.Background(), w, x, y, idx, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/float64(b.N*steps), "ms/step")
+}
+
+// BenchmarkCompile measures building and compiling the GoMLX engine's
+// evaluation graph and training graph (batch 64).
 func BenchmarkCompile(b *testing.B) {
 	for _, arch := range Names() {
 		b.Run(arch, func(b *testing.B) {
@@ -77,11 +89,11 @@ func BenchmarkCompile(b *testing.B) {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				tr, err := m.NewTrainer(Optimizer{Name: "sgd", LR: 0.01})
+				e, err := newGoMLXEngine(m, Optimizer{Name: "sgd", LR: 0.01})
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := tr.program(64); err != nil {
+				if _, err := e.program(64); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -89,8 +101,9 @@ func BenchmarkCompile(b *testing.B) {
 	}
 }
 
-// BenchmarkSwap measures swapping a client's weights in and out: loading
-// them into backend buffers and reading them back into fresh slices.
+// BenchmarkSwap measures swapping a client's weights in and out of the
+// GoMLX engine: loading them into backend buffers and reading them back
+// into fresh slices.
 func BenchmarkSwap(b *testing.B) {
 	for _, arch := range Names() {
 		b.Run(arch, func(b *testing.B) {
@@ -98,7 +111,7 @@ func BenchmarkSwap(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			tr, err := m.NewTrainer(Optimizer{Name: "sgd", LR: 0.01})
+			e, err := newGoMLXEngine(m, Optimizer{Name: "sgd", LR: 0.01})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -107,7 +120,7 @@ func BenchmarkSwap(b *testing.B) {
 				if err := m.check(w); err != nil {
 					b.Fatal(err)
 				}
-				bufs, err := tr.load(w)
+				bufs, err := e.load(w)
 				if err != nil {
 					b.Fatal(err)
 				}

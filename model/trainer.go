@@ -91,16 +91,97 @@ var goBackend = sync.OnceValues(func() (compute.Backend, error) {
 	return gobackend.New("ops_sequential")
 })
 
-// Trainer holds compiled training and evaluation graphs of one model and
-// optimizer, and the input buffers they read. Weights are inputs of the
-// graphs, so one Trainer serves any number of clients without recompiling.
-// A Trainer is not safe for concurrent use: use one per worker goroutine.
+// Engine selects how a Trainer computes. Both engines train the same
+// models with the same semantics (a step's loss is the mean over its
+// examples, pooling routes the gradient to the first maximum, the plan's
+// dropout masks, PyTorch's optimizers); they differ in float32 rounding
+// only, which the tests bound.
+type Engine string
+
+const (
+	Native Engine = "native" // fedpq's own kernels (model/internal/gemm): the default, fastest on CPUs
+	GoMLX  Engine = "gomlx"  // GoMLX graphs on its pure-Go backend: the reference, and the path to XLA/GPUs
+)
+
+// defaultEngine is NewTrainer's engine. It is a variable only so that the
+// package's tests can run their behavioural tests on each engine.
+var defaultEngine = Native
+
+// Trainer trains and evaluates one model with one optimizer on one
+// engine. It validates every input and result itself, so the engines only
+// compute. Weights are arguments of each call, so one Trainer serves any
+// number of clients; it keeps what it prepared per batch size (compiled
+// graphs, buffers) between calls. A Trainer is not safe for concurrent
+// use: use one per worker goroutine.
 type Trainer struct {
-	m       *Model
-	opt     Optimizer
-	backend compute.Backend
-	train   map[int]*program // by batch size
-	eval    *program
+	m    *Model
+	opt  Optimizer
+	kind Engine
+	eng  engine
+}
+
+// engine computes for a Trainer, on inputs the Trainer has validated.
+type engine interface {
+	// train runs the steps of pl from weights and returns the new weights
+	// (fresh slices) and the mean loss over all the examples of all steps.
+	train(ctx context.Context, weights [][]float32, x []float32, y []int32, pl plan) ([][]float32, float64, error)
+	// evaluate returns the number of correct predictions and the summed
+	// cross-entropy over the examples idx.
+	evaluate(weights [][]float32, x []float32, y []int32, idx []int) (correct, loss float64, err error)
+	// setThreads sets the goroutines one step may use.
+	setThreads(n int)
+}
+
+// NewTrainer returns a Trainer for m with optimizer opt on the native
+// engine.
+func (m *Model) NewTrainer(opt Optimizer) (*Trainer, error) {
+	return m.NewTrainerOn(defaultEngine, opt)
+}
+
+// NewTrainerOn returns a Trainer for m with optimizer opt on engine e.
+func (m *Model) NewTrainerOn(e Engine, opt Optimizer) (*Trainer, error) {
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	t := &Trainer{m: m, opt: opt, kind: e}
+	var err error
+	switch e {
+	case Native:
+		t.eng, err = newNativeEngine(m, opt)
+	case GoMLX:
+		t.eng, err = newGoMLXEngine(m, opt)
+	default:
+		err = fmt.Errorf("model: unknown engine %q (want %q or %q)", e, Native, GoMLX)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// SetThreads sets how many goroutines one training step may use (n < 1
+// means 1). The native engine splits its matrix products and element-wise
+// passes over them; its default is 1 because the round engine already
+// trains one client per core. The GoMLX engine ignores it (its backend
+// decides).
+func (t *Trainer) SetThreads(n int) { t.eng.setThreads(max(n, 1)) }
+
+// Engine is the trainer's engine.
+func (t *Trainer) Engine() Engine { return t.kind }
+
+// Model is the trainer's model.
+func (t *Trainer) Model() *Model { return t.m }
+
+// gomlxEngine holds compiled training and evaluation graphs of one model
+// and optimizer, and the input buffers they read. Weights are inputs of
+// the graphs, so one engine serves any number of clients without
+// recompiling.
+type gomlxEngine struct {
+	m        *Model
+	opt      Optimizer
+	backend  compute.Backend
+	programs map[int]*program // training graphs by batch size
+	eval     *program
 }
 
 // program is one compiled graph and its reusable, host-shared input buffers.
@@ -115,26 +196,23 @@ type program struct {
 	fixed int // index in in of the first data buffer (x); params and state come before
 }
 
-// NewTrainer returns a Trainer for m with optimizer opt, compiling the
-// evaluation graph now and a training graph per batch size on first use
-// (each is then cached: clients only swap weights).
-func (m *Model) NewTrainer(opt Optimizer) (*Trainer, error) {
-	if err := opt.validate(); err != nil {
-		return nil, err
-	}
+// newGoMLXEngine compiles the evaluation graph now and a training graph
+// per batch size on first use (each is then cached: clients only swap
+// weights).
+func newGoMLXEngine(m *Model, opt Optimizer) (*gomlxEngine, error) {
 	b, err := goBackend()
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{m: m, opt: opt, backend: b, train: map[int]*program{}}
+	t := &gomlxEngine{m: m, opt: opt, backend: b, programs: map[int]*program{}}
 	if t.eval, err = t.build(evalBatch, false); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// Model is the trainer's model.
-func (t *Trainer) Model() *Model { return t.m }
+// setThreads is a no-op: the Go backend sizes its own worker pool.
+func (t *gomlxEngine) setThreads(int) {}
 
 // build compiles a training (train) or evaluation graph for a batch size.
 //
@@ -150,7 +228,7 @@ func (t *Trainer) Model() *Model { return t.m }
 // Evaluation inputs: the parameters, x, y, wt (1 or 0); outputs: the
 // weighted sum of cross-entropies and the weighted count of correct
 // predictions.
-func (t *Trainer) build(batch int, train bool) (p *program, err error) {
+func (t *gomlxEngine) build(batch int, train bool) (p *program, err error) {
 	m := t.m
 	p = &program{batch: batch}
 	kind := "evaluation"
@@ -240,7 +318,7 @@ func (t *Trainer) build(batch int, train bool) (p *program, err error) {
 
 // update builds the optimizer step: the new parameters followed by the new
 // state, in the order of the state inputs.
-func (t *Trainer) update(params, grads, state []*Node, lrt, bc2 *Node) []*Node {
+func (t *gomlxEngine) update(params, grads, state []*Node, lrt, bc2 *Node) []*Node {
 	o := t.opt
 	n := len(params)
 	newP := make([]*Node, n)
@@ -271,15 +349,15 @@ func (t *Trainer) update(params, grads, state []*Node, lrt, bc2 *Node) []*Node {
 
 // program returns the training program for a batch size, compiling it on
 // first use.
-func (t *Trainer) program(batch int) (*program, error) {
-	if p, ok := t.train[batch]; ok {
+func (t *gomlxEngine) program(batch int) (*program, error) {
+	if p, ok := t.programs[batch]; ok {
 		return p, nil
 	}
 	p, err := t.build(batch, true)
 	if err != nil {
 		return nil, err
 	}
-	t.train[batch] = p
+	t.programs[batch] = p
 	return p, nil
 }
 
@@ -310,7 +388,7 @@ func (t *Trainer) checkData(x []float32, y []int32, idx []int) (int, error) {
 
 // load copies weights into new device buffers (the Go backend's "device"
 // is host memory, so this is one copy).
-func (t *Trainer) load(weights [][]float32) ([]compute.Buffer, error) {
+func (t *gomlxEngine) load(weights [][]float32) ([]compute.Buffer, error) {
 	bufs := make([]compute.Buffer, len(weights))
 	for i, w := range weights {
 		b, err := t.backend.BufferFromFlatData(0, w, f32(t.m.specs[i].Shape...))
@@ -324,7 +402,7 @@ func (t *Trainer) load(weights [][]float32) ([]compute.Buffer, error) {
 }
 
 // zeros returns k zero-filled buffers per parameter tensor.
-func (t *Trainer) zeros(k int) ([]compute.Buffer, error) {
+func (t *gomlxEngine) zeros(k int) ([]compute.Buffer, error) {
 	var bufs []compute.Buffer
 	for range k {
 		for _, s := range t.m.specs {
@@ -414,10 +492,10 @@ func scalar(b compute.Buffer) (float64, error) {
 // features back to back (example i is x[i*F:(i+1)*F], F = Features(),
 // images HWC); y their labels. Each epoch visits idx in an order shuffled
 // by the stream Derive(SeedSecret(cfg.Seed), "model shuffle"), in
-// minibatches of cfg.Batch; a last, shorter minibatch runs in the same
-// compiled graph with its padding rows weighted 0 (see build). Dropout
-// masks come from the stream "model dropout". The same inputs give
-// bit-for-bit the same outputs.
+// minibatches of cfg.Batch; a last, shorter minibatch's loss is the mean
+// over its own examples, as in PyTorch without drop_last. Dropout masks
+// come from the stream "model dropout". The same inputs on the same engine
+// give bit-for-bit the same outputs.
 func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y []int32, idx []int, cfg TrainConfig) ([][]float32, float64, error) {
 	if cfg.Epochs <= 0 || cfg.Batch <= 0 {
 		return nil, 0, fmt.Errorf("model: %d epochs of batch %d, both must be positive", cfg.Epochs, cfg.Batch)
@@ -432,7 +510,7 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 // the dropout masks. Train draws it from the seed; the golden tests give
 // PyTorch's.
 type plan struct {
-	batch   int     // the largest minibatch: the compiled graph's batch
+	batch   int     // the largest minibatch: what the engine prepares for
 	batches [][]int // each step's examples, indices into x
 	// dropout fills the mask of dropout layer l (forward order) for step s:
 	// mask[j*units+u] for example j of the step and unit u, 0 or 1/(1-p).
@@ -471,7 +549,9 @@ func (m *Model) newPlan(idx []int, cfg TrainConfig) plan {
 	return p
 }
 
-// run trains from weights through the steps of pl.
+// run trains from weights through the steps of pl on the trainer's
+// engine, after validating every input, and reports a result that is not
+// finite as divergence.
 func (t *Trainer) run(ctx context.Context, weights [][]float32, x []float32, y []int32, pl plan) ([][]float32, float64, error) {
 	if err := t.m.check(weights); err != nil {
 		return nil, 0, err
@@ -486,6 +566,18 @@ func (t *Trainer) run(ctx context.Context, weights [][]float32, x []float32, y [
 	if _, err := t.checkData(x, y, all); err != nil {
 		return nil, 0, err
 	}
+	res, loss, err := t.eng.train(ctx, weights, x, y, pl)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := t.m.check(res); err != nil {
+		return nil, 0, fmt.Errorf("model: training diverged: %w", err)
+	}
+	return res, loss, nil
+}
+
+// train runs pl on the compiled training graph of its batch size.
+func (t *gomlxEngine) train(ctx context.Context, weights [][]float32, x []float32, y []int32, pl plan) ([][]float32, float64, error) {
 	p, err := t.program(pl.batch)
 	if err != nil {
 		return nil, 0, err
@@ -570,10 +662,11 @@ func (t *Trainer) run(ctx context.Context, weights [][]float32, x []float32, y [
 			return nil, 0, err
 		}
 	}
-	if err := t.m.check(res); err != nil {
-		return nil, 0, fmt.Errorf("model: training diverged: %w", err)
+	examples := 0
+	for _, sel := range pl.batches {
+		examples += len(sel)
 	}
-	return res, lossSum / float64(len(all)), nil
+	return res, lossSum / float64(examples), nil
 }
 
 // fillMask sets mask[j] to 0 with probability p and to 1/(1-p) otherwise
@@ -614,8 +707,7 @@ func (m *Model) dropoutProbs() []float64 {
 }
 
 // Evaluate returns the accuracy and the mean cross-entropy of weights on
-// the examples idx of (x, y) (nil idx: all examples), in batches of 256
-// with the last one padded and masked.
+// the examples idx of (x, y) (nil idx: all examples).
 func (t *Trainer) Evaluate(weights [][]float32, x []float32, y []int32, idx []int) (acc, loss float64, err error) {
 	if err := t.m.check(weights); err != nil {
 		return 0, 0, err
@@ -636,6 +728,17 @@ func (t *Trainer) Evaluate(weights [][]float32, x []float32, y []int32, idx []in
 	if _, err := t.checkData(x, y, idx); err != nil {
 		return 0, 0, err
 	}
+	correct, lossSum, err := t.eng.evaluate(weights, x, y, idx)
+	if err != nil {
+		return 0, 0, err
+	}
+	n := float64(len(idx))
+	return correct / n, lossSum / n, nil
+}
+
+// evaluate runs the evaluation graph on batches of evalBatch, the last one
+// padded and masked.
+func (t *gomlxEngine) evaluate(weights [][]float32, x []float32, y []int32, idx []int) (correct, lossSum float64, err error) {
 	params, err := t.load(weights)
 	if err != nil {
 		return 0, 0, err
@@ -644,7 +747,6 @@ func (t *Trainer) Evaluate(weights [][]float32, x []float32, y []int32, idx []in
 	p := t.eval
 	copy(p.in, params)
 	donate := make([]bool, len(p.in))
-	var lossSum, correct float64
 	for start := 0; start < len(idx); start += p.batch {
 		sel := idx[start:min(start+p.batch, len(idx))]
 		p.fill(t.m, x, y, sel, 1)
@@ -661,6 +763,5 @@ func (t *Trainer) Evaluate(weights [][]float32, x []float32, y []int32, idx []in
 		lossSum += l
 		correct += c
 	}
-	n := float64(len(idx))
-	return correct / n, lossSum / n, nil
+	return correct, lossSum, nil
 }
