@@ -79,38 +79,40 @@ func MulParallel(threads int, c []float32, ldc int, a, b Mat, alpha, beta float3
 	if w := m * n * max(k, 1); threads > w/parallelMinWork {
 		threads = w / parallelMinWork
 	}
+	// Split C's columns in whole panels when there are enough of them (each
+	// goroutine then packs only its share of B), else its rows. The chunk
+	// boundaries do not affect any element's value, only who computes it.
+	colParts, rowParts := (n+ker.nr-1)/ker.nr, (m+ker.mr-1)/ker.mr
+	byCols := colParts >= threads || colParts >= rowParts
+	if byCols {
+		threads = min(threads, colParts)
+	} else {
+		threads = min(threads, rowParts)
+	}
 	if threads <= 1 {
 		mul(c, ldc, a, b, alpha, beta, m, k, n)
 		return
 	}
-	// Split C's columns in whole panels when there are enough of them,
-	// else its rows. The chunk boundaries do not affect any element's
-	// value, only who computes it.
-	var wg sync.WaitGroup
-	if parts := (n + ker.nr - 1) / ker.nr; parts >= threads || n >= m {
-		threads = min(threads, parts)
-		for t := 0; t < threads; t++ {
-			j0, j1 := chunk(parts, threads, t, ker.nr, n)
+	part := func(t int) {
+		if byCols {
+			j0, j1 := chunk(colParts, threads, t, ker.nr, n)
 			bt := Mat{Data: b.Data, Row: b.Row, Col: b.Col[j0:j1]}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				mul(c[j0:], ldc, a, bt, alpha, beta, m, k, j1-j0)
-			}()
-		}
-	} else {
-		parts := (m + ker.mr - 1) / ker.mr
-		threads = min(threads, parts)
-		for t := 0; t < threads; t++ {
-			i0, i1 := chunk(parts, threads, t, ker.mr, m)
+			mul(c[j0:], ldc, a, bt, alpha, beta, m, k, j1-j0)
+		} else {
+			i0, i1 := chunk(rowParts, threads, t, ker.mr, m)
 			at := Mat{Data: a.Data, Row: a.Row[i0:i1], Col: a.Col}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				mul(c[i0*ldc:], ldc, at, b, alpha, beta, i1-i0, k, n)
-			}()
+			mul(c[i0*ldc:], ldc, at, b, alpha, beta, i1-i0, k, n)
 		}
 	}
+	var wg sync.WaitGroup
+	wg.Add(threads - 1)
+	for t := 1; t < threads; t++ {
+		go func() {
+			defer wg.Done()
+			part(t)
+		}()
+	}
+	part(0)
 	wg.Wait()
 }
 

@@ -310,7 +310,7 @@ func TestMulParallelBitIdentical(t *testing.T) {
 				c0 := randData(rng, m*n)
 				want := append([]float32(nil), c0...)
 				Mul(want, n, a, b, 1.5, 0.5)
-				for _, threads := range []int{1, 2, 3} {
+				for _, threads := range []int{-1, 0, 1, 2, 3, 5} {
 					got := append([]float32(nil), c0...)
 					MulParallel(threads, got, n, a, b, 1.5, 0.5)
 					for i := range got {
