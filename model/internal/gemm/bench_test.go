@@ -74,45 +74,70 @@ func operand(rng *rand.Rand, rows, cols int, kind string, conv [6]int) Mat {
 	return randMat(rng, rows, cols, dense)
 }
 
+func (c benchCase) flops() float64 { return 2 * float64(c.m*c.n*c.k) }
+
+// benchOperands builds a case's A, B and C.
+func benchOperands(bc benchCase) (a, b Mat, c []float32) {
+	rng := rand.New(rand.NewSource(1))
+	a, b = operand(rng, bc.m, bc.k, bc.a, bc.conv), operand(rng, bc.k, bc.n, bc.b, bc.conv)
+	return a, b, make([]float32, bc.m*bc.n)
+}
+
+// kernelName names k in benchmarks and tables.
+func kernelName(k *kernel) string {
+	if k == &genericKernel {
+		return fmt.Sprintf("generic%dx%d", k.mr, k.nr)
+	}
+	return fmt.Sprintf("asm%dx%d", k.mr, k.nr)
+}
+
+// withKernel runs f with Mul using kernel k, and with the pure-Go packing
+// when k is the portable kernel, as in the purego build.
+func withKernel(k *kernel, f func()) {
+	defer func(h bool) { override, haveRunCopier = nil, h }(haveRunCopier)
+	override = k
+	haveRunCopier = haveRunCopier && k != &genericKernel
+	f()
+}
+
 // BenchmarkMul times Mul for every kernel this machine runs; pick one with
-// -bench Mul/asm or -bench Mul/generic (which also packs in pure Go, as
-// the purego build does).
+// -bench Mul/asm or -bench Mul/generic.
 func BenchmarkMul(b *testing.B) {
 	for _, k := range runnable {
-		name := "generic"
-		if k != &genericKernel {
-			name = fmt.Sprintf("asm%dx%d", k.mr, k.nr)
-		}
-		b.Run(name, func(b *testing.B) {
-			defer func(h bool) { override, haveRunCopier = nil, h }(haveRunCopier)
-			override = k
-			haveRunCopier = haveRunCopier && k != &genericKernel
-			for _, c := range benchCases {
-				benchMul(b, 1, c)
-			}
+		b.Run(kernelName(k), func(b *testing.B) {
+			withKernel(k, func() {
+				for _, c := range benchCases {
+					benchMul(b, 1, c)
+				}
+			})
 		})
 	}
+}
+
+// parallelCase says whether the MulParallel benchmark and table have bc.
+func parallelCase(bc benchCase) bool {
+	switch bc.String() {
+	case "256x256x256", "64x1024x512", "64x800x4096_Nim2col", "32x1600x9216_Nim2col":
+		return true
+	}
+	return false
 }
 
 // BenchmarkMulParallel times MulParallel with two threads.
 func BenchmarkMulParallel(b *testing.B) {
 	for _, c := range benchCases {
-		switch c.String() {
-		case "256x256x256", "64x1024x512", "64x800x4096_Nim2col", "32x1600x9216_Nim2col":
+		if parallelCase(c) {
 			benchMul(b, 2, c)
 		}
 	}
 }
 
 func benchMul(b *testing.B, threads int, bc benchCase) {
-	rng := rand.New(rand.NewSource(1))
-	m, k, n := bc.m, bc.k, bc.n
-	a, bm := operand(rng, m, k, bc.a, bc.conv), operand(rng, k, n, bc.b, bc.conv)
-	c := make([]float32, m*n)
+	a, bm, c := benchOperands(bc)
 	b.Run(bc.String(), func(b *testing.B) {
 		for b.Loop() {
-			MulParallel(threads, c, n, a, bm, 1, 0)
+			MulParallel(threads, c, bc.n, a, bm, 1, 0)
 		}
-		b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		b.ReportMetric(bc.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
 }

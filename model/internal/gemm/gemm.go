@@ -4,17 +4,24 @@
 // transposed and im2col-style (convolution patch) matrices are all read in
 // place, without being materialised by the caller.
 //
-// The algorithm is the Goto/BLIS one: B is packed into kc x nr panels and A
-// into mr x kc panels (packing is the only place the offset tables are read,
-// and contiguous runs are copied rather than gathered), and a register-blocked
-// micro-kernel computes one mr x nr tile of C at a time. On amd64 the
-// micro-kernel is assembly chosen at run time (AVX-512: 6x64, AVX2+FMA: 6x16);
-// elsewhere, or with the purego build tag, it is plain Go (4x4). See README.md
-// for measured speeds.
+// The algorithm is the Goto/BLIS one: B is packed into kc x nr panels and a
+// register-blocked micro-kernel computes one mr x nr tile of C at a time
+// from mr rows of A. Packing is where the offset tables are read: it copies
+// contiguous runs (a dense row, a row of convolution output positions) as
+// vectors and transposes transposed operands in 16x16 register blocks. A is
+// packed only when its offsets are not affine: a dense or transposed dense A
+// is read in place by the kernel, at its strides.
 //
-// Results are deterministic: every element of C is one fused multiply-add
-// chain over k in order (split into the same k blocks whatever the shape of
-// the rest of the problem), so Mul and MulParallel agree bit for bit.
+// On amd64 the micro-kernel is assembly chosen at run time (AVX-512: 6x64,
+// with masked edges and narrower loops for thin tiles; AVX2+FMA: 6x16);
+// elsewhere, or with the purego build tag, it is plain Go (2x4). README.md
+// has measured speeds.
+//
+// Results are deterministic: every element of C is one chain of
+// multiply-adds over k in order (fused in the assembly kernels), split into
+// k blocks that depend on k alone, and written out with the same rounding
+// by every path, so MulParallel agrees with Mul bit for bit whatever the
+// thread count.
 package gemm
 
 import (
