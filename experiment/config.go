@@ -71,6 +71,10 @@ type Config struct {
 
 	Seed    uint64 `yaml:"seed"`
 	Workers int    `yaml:"workers"` // 0: all cores
+	// Engine is the trainer's engine: native (fedpq's kernels) or gomlx
+	// (GoMLX graphs, the reference). Both train the same model to float32
+	// rounding; the seed reproduces a run bit for bit on one engine.
+	Engine string `yaml:"engine"`
 }
 
 // Default is the quick start: a synthetic benchmark that needs no files,
@@ -86,7 +90,7 @@ func Default() Config {
 		Gamma: mc.Gamma, Px: mc.Px, InputBits: mc.InputBits, BudgetBits: mc.BudgetBits,
 		Rate: mc.Rate, Lattice: mc.Lattice,
 		Range: "fixed:0,0.05", Perturb: "updates", Weighting: "examples", GlobalLR: 1,
-		LedgerDelta: 1e-5, Seed: 1,
+		LedgerDelta: 1e-5, Seed: 1, Engine: string(model.Native),
 	}
 }
 
@@ -138,6 +142,9 @@ func (c Config) Validate() error {
 	}
 	if !slices.Contains(model.Names(), c.Model) {
 		return fmt.Errorf("model %q: want one of %v", c.Model, model.Names())
+	}
+	if e := model.Engine(c.Engine); e != model.Native && e != model.GoMLX {
+		return fmt.Errorf("engine %q: want %s or %s", c.Engine, model.Native, model.GoMLX)
 	}
 	if _, err := mech.New(c.Mechanism, c.mechConfig()); err != nil {
 		return err

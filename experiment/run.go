@@ -120,7 +120,9 @@ func NewSetup(c Config) (*Setup, error) {
 }
 
 // Trainer returns a new trainer of the setup's model and optimizer.
-func (s *Setup) Trainer() (*model.Trainer, error) { return s.Model.NewTrainer(s.Optimizer) }
+func (s *Setup) Trainer() (*model.Trainer, error) {
+	return s.Model.NewTrainerOn(model.Engine(s.Config.Engine), s.Optimizer)
+}
 
 // Recorder keeps a run's record in its directory: config.yaml, the metrics
 // and plots, the summary, and after every round the engine's checkpoint.

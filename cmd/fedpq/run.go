@@ -77,6 +77,7 @@ var runFlagHelp = [][2]string{
 	{"ledger_delta", "delta of the privacy ledger's composed bounds (docs/privacy.md)"},
 	{"seed", "seed of every random stream"},
 	{"workers", "clients trained in parallel (0: all cores)"},
+	{"engine", "training engine: native (fedpq's kernels) or gomlx (GoMLX graphs, the reference)"},
 }
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
