@@ -69,17 +69,26 @@ func (s *meanSum) Mean(dst []float64) error {
 }
 
 // floatSum adds payloads of little-endian float32s: the server side of every
-// mechanism whose message is the (noisy) value itself.
-type floatSum struct{ meanSum }
+// mechanism whose message is the (noisy) value itself. It refuses a payload
+// with a value outside [lo, hi]: finite values for the noisy mechanisms,
+// the range itself for clip.
+type floatSum struct {
+	meanSum
+	lo, hi float32
+}
 
 func newFloatSum(n int, rg Range) (*floatSum, error) {
+	return newBoundedSum(n, rg, -math.MaxFloat32, math.MaxFloat32)
+}
+
+func newBoundedSum(n int, rg Range, lo, hi float32) (*floatSum, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("mech: negative tensor size %d", n)
 	}
 	if err := rg.Validate(); err != nil {
 		return nil, err
 	}
-	return &floatSum{meanSum{sum: make([]float64, n)}}, nil
+	return &floatSum{meanSum: meanSum{sum: make([]float64, n)}, lo: lo, hi: hi}, nil
 }
 
 func (s *floatSum) Add(payload []byte, _ Slot) error {
@@ -87,9 +96,9 @@ func (s *floatSum) Add(payload []byte, _ Slot) error {
 		return fmt.Errorf("mech: payload is %d bytes, want %d for %d float32 parameters", len(payload), 4*len(s.sum), len(s.sum))
 	}
 	for i := range s.sum {
-		v := math.Float32frombits(binary.LittleEndian.Uint32(payload[4*i:]))
-		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
-			return fmt.Errorf("mech: payload parameter %d is %v", i, v)
+		// NaN fails both comparisons, infinities one.
+		if v := math.Float32frombits(binary.LittleEndian.Uint32(payload[4*i:])); !(v >= s.lo && v <= s.hi) {
+			return fmt.Errorf("mech: payload parameter %d is %v, outside [%v, %v]", i, v, s.lo, s.hi)
 		}
 	}
 	for i := range s.sum {

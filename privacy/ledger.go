@@ -489,7 +489,7 @@ func ParameterEpsilon(mechanism string, eps float64, o Observer) (float64, error
 			return eps, nil
 		}
 		return math.Inf(1), nil
-	case "cq", "sdq", "jopeq-compat", "none":
+	case "cq", "sdq", "jopeq-compat", "none", "clip":
 		return math.Inf(1), nil
 	}
 	return 0, fmt.Errorf("privacy: no guarantee known for mechanism %q", mechanism)

@@ -389,6 +389,7 @@ func TestParameterEpsilon(t *testing.T) {
 		{"jopeq", privacy.Server, 1}, {"corbin", privacy.Eavesdropper, 1}, {"augcorbin", privacy.Eavesdropper, 1},
 		{"augcorbin", privacy.Server, math.Inf(1)}, {"coq", privacy.Partner, math.Inf(1)},
 		{"cq", privacy.Eavesdropper, math.Inf(1)}, {"jopeq-compat", privacy.Eavesdropper, math.Inf(1)},
+		{"clip", privacy.Server, math.Inf(1)},
 	} {
 		if e, err := privacy.ParameterEpsilon(c.name, 1, c.o); err != nil || e != c.want {
 			t.Errorf("ParameterEpsilon(%s, 1, %v) = %v, %v; want %v", c.name, c.o, e, err, c.want)
