@@ -13,7 +13,7 @@ func kernelAVX512(k int, a *float32, sa, sp int, b, c *float32, ldc, rows, cols 
 //go:noescape
 func kernelAVX2(k int, a *float32, sa, sp int, b, c *float32, ldc int, alpha, beta float32)
 
-// packRunsAVX512 is packRuns in AVX-512.
+// packRunsAVX512 is copyRuns in AVX-512.
 //
 //go:noescape
 func packRunsAVX512(dst, data *float32, ks *int, nk, w int, runs *int, nruns int)
@@ -50,8 +50,9 @@ var runnable = func() []*kernel {
 // hasAVX512 says the AVX-512 code can run (it also uses BMI1 and BMI2).
 var hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasBMI1 && cpu.X86.HasBMI2
 
-// haveRunCopier says copyRuns works (a variable so that tests can check the
-// pure-Go packing too).
+// haveRunCopier says the AVX-512 packing routines (copyRuns and those of
+// findRuns and transpose16) run; a variable so that tests can check the pure-Go
+// packing too.
 var haveRunCopier = hasAVX512
 
 // copyRuns copies runs of floats for packPanel: for each p < nk, the runs
