@@ -1,6 +1,10 @@
 package model
 
-import "github.com/fedpq/fedpq/model/internal/gemm"
+import (
+	"math"
+
+	"github.com/fedpq/fedpq/model/internal/gemm"
+)
 
 // noMax marks a pooling window whose maximum is not positive: its ReLU
 // output is 0, so it passes no gradient (ReLU's gradient at 0 is 0).
@@ -145,20 +149,30 @@ func (l *convOp) poolForward(lo, hi int) {
 				r0, r1 := z[2*y*wo:2*y*wo+2*pw], z[(2*y+1)*wo:(2*y+1)*wo+2*pw]
 				ar, gr := a[y*wn:y*wn+pw], arg[y*pw:y*pw+pw]
 				for x := range ar {
-					m, at := r0[2*x]+bias, uint8(0)
-					if v := r0[2*x+1] + bias; v > m {
-						m, at = v, 1
+					// Branch-free, since which input is largest is a coin
+					// toss that a branch predictor loses: the maxima compile
+					// to MINSS sequences and the integer tests to
+					// conditional moves. Comparing bits is comparing values
+					// here, as -0 and +0 only differ when the maximum is not
+					// positive, and then at is noMax; a = max(m, 0) is +0
+					// exactly when m is not positive.
+					v0, v1, v2, v3 := r0[2*x]+bias, r0[2*x+1]+bias, r1[2*x]+bias, r1[2*x+1]+bias
+					m := max(max(v0, v1), max(v2, v3))
+					top, a := math.Float32bits(m), max(m, 0)
+					at := 3
+					if math.Float32bits(v2) == top {
+						at = 2
 					}
-					if v := r1[2*x] + bias; v > m {
-						m, at = v, 2
+					if math.Float32bits(v1) == top {
+						at = 1
 					}
-					if v := r1[2*x+1] + bias; v > m {
-						m, at = v, 3
+					if math.Float32bits(v0) == top {
+						at = 0
 					}
-					if !(m > 0) {
-						m, at = 0, noMax
+					if math.Float32bits(a) == 0 {
+						at = noMax
 					}
-					ar[x], gr[x] = m, at
+					ar[x], gr[x] = a, uint8(at)
 				}
 			}
 		}
@@ -181,12 +195,9 @@ func (l *convOp) reluBackward(lo, hi int) {
 			for y := range ho {
 				ar, dr, gr := a[y*wn:y*wn+wo], dz[y*wq:y*wq+wo], g[y*gs[2]:]
 				for x, v := range ar {
-					d := float32(0)
-					if v > 0 {
-						d = gr[x*gs[3]]
-						sum += float64(d)
-					}
+					d := reluPass(v, gr[x*gs[3]])
 					dr[x] = d
+					sum += float64(d)
 				}
 			}
 		}
@@ -194,10 +205,26 @@ func (l *convOp) reluBackward(lo, hi int) {
 	}
 }
 
+// reluPass is d where the ReLU output v is positive, else 0, without a
+// branch (ReLU's sign pattern is as unpredictable as pooling's winners): v
+// is never negative or -0, so it is positive exactly when its bits are not
+// 0, an integer test that compiles to a conditional move.
+func reluPass(v, d float32) float32 {
+	bits := math.Float32bits(d)
+	if math.Float32bits(v) == 0 {
+		bits = 0
+	}
+	return math.Float32frombits(bits)
+}
+
+// route[at] is the share of a pooling window's output gradient that each
+// of its four inputs receives, at being the window's record in arg.
+var route = [noMax + 1][4]float32{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}, {}}
+
 // poolBackward writes dz of channels [lo, hi): each window's output
 // gradient at its first maximum and 0 elsewhere (rows and columns that
 // floor pooling drops are never written, so they stay 0); and their bias
-// gradients.
+// gradients. It multiplies by route rather than branching on the winner.
 func (l *convOp) poolBackward(lo, hi int) {
 	out, gs := l.out, l.out.gs
 	ph, pw := out.h, out.w
@@ -212,22 +239,9 @@ func (l *convOp) poolBackward(lo, hi int) {
 				d0, d1 := dz[2*y*wq:2*y*wq+2*pw], dz[(2*y+1)*wq:(2*y+1)*wq+2*pw]
 				gr, ar := g[y*gs[2]:], arg[y*pw:y*pw+pw]
 				for x, at := range ar {
-					d0[2*x], d0[2*x+1], d1[2*x], d1[2*x+1] = 0, 0, 0, 0
-					if at == noMax {
-						continue
-					}
-					d := gr[x*gs[3]]
-					sum += float64(d)
-					switch at {
-					case 0:
-						d0[2*x] = d
-					case 1:
-						d0[2*x+1] = d
-					case 2:
-						d1[2*x] = d
-					default:
-						d1[2*x+1] = d
-					}
+					d, r := gr[x*gs[3]], &route[at]
+					d0[2*x], d0[2*x+1], d1[2*x], d1[2*x+1] = d*r[0], d*r[1], d*r[2], d*r[3]
+					sum += float64(d * (r[0] + r[1] + r[2] + r[3]))
 				}
 			}
 		}

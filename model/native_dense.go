@@ -103,12 +103,10 @@ func (l *denseOp) backwardUnits(lo, hi int) {
 		if !l.st.last {
 			y := l.out.data[o*l.batch:]
 			for b := range d {
-				switch {
-				case !(y[b] > 0):
-					d[b] = 0
-				case l.mask != nil:
+				if l.mask != nil {
 					d[b] *= l.mask[b*units+o]
 				}
+				d[b] = reluPass(y[b], d[b])
 			}
 		}
 		var sum float64

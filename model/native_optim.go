@@ -6,16 +6,19 @@ import "math"
 // i, in the float32 operations and order of gomlxEngine.update (so the
 // engines round alike), reading the weights and adam's step scalars from
 // e.cur. It is built once per tensor: a step calls it without allocating.
+// Weight decay adds w*wd to the gradient first, in place (the gradient is
+// not read again before the next backward pass overwrites it).
 func (e *nativeEngine) updater(i int) func(lo, hi int) {
 	o := e.opt
 	lr, wd := float32(o.LR), float32(o.WeightDecay)
 	grad := e.grads[i]
-	// decayed is the gradient with L2 weight decay.
-	decayed := func(g, w float32) float32 {
+	decay := func(w, g []float32) {
 		if wd > 0 {
-			return g + w*wd
+			w = w[:len(g)]
+			for j := range g {
+				g[j] += w[j] * wd
+			}
 		}
-		return g
 	}
 	switch {
 	case o.Name == "adam":
@@ -24,11 +27,11 @@ func (e *nativeEngine) updater(i int) func(lo, hi int) {
 		b2, c2 := float32(adamBeta2), float32(1-adamBeta2)
 		eps := float32(adamEps)
 		return func(lo, hi int) {
-			w, g := e.cur.w[i][lo:hi], grad[lo:hi]
-			m, v := first[lo:hi], second[lo:hi]
+			g := grad[lo:hi]
+			w, m, v := e.cur.w[i][lo:hi][:len(g)], first[lo:hi][:len(g)], second[lo:hi][:len(g)]
 			lrt, bc2 := e.cur.lrt, e.cur.bc2
-			for j := range w {
-				gj := decayed(g[j], w[j])
+			decay(w, g)
+			for j, gj := range g {
 				m[j] = m[j]*b1 + gj*c1
 				v[j] = v[j]*b2 + gj*gj*c2
 				denom := float32(math.Sqrt(float64(v[j])))/bc2 + eps
@@ -38,17 +41,21 @@ func (e *nativeEngine) updater(i int) func(lo, hi int) {
 	case o.Momentum > 0:
 		velocity, mom := e.state[i], float32(o.Momentum)
 		return func(lo, hi int) {
-			w, g, v := e.cur.w[i][lo:hi], grad[lo:hi], velocity[lo:hi]
-			for j := range w {
-				v[j] = v[j]*mom + decayed(g[j], w[j])
+			g := grad[lo:hi]
+			w, v := e.cur.w[i][lo:hi][:len(g)], velocity[lo:hi][:len(g)]
+			decay(w, g)
+			for j, gj := range g {
+				v[j] = v[j]*mom + gj
 				w[j] -= v[j] * lr
 			}
 		}
 	default:
 		return func(lo, hi int) {
-			w, g := e.cur.w[i][lo:hi], grad[lo:hi]
-			for j := range w {
-				w[j] -= decayed(g[j], w[j]) * lr
+			g := grad[lo:hi]
+			w := e.cur.w[i][lo:hi][:len(g)]
+			decay(w, g)
+			for j, gj := range g {
+				w[j] -= gj * lr
 			}
 		}
 	}
