@@ -25,7 +25,10 @@ const noMax = 4
 // 0) and sums the bias gradient; then dW = dz x patches^T, and the input
 // gradient is the convolution of the bordered dz with the flipped kernel,
 // dIn [C, B*H*W] = W' [C, O*k*k] x windows [O*k*k, B*H*W], where both
-// the transpose of the kernel and the flip are only offsets.
+// the transpose of the kernel and the flip are only offsets. Where most
+// of those windows' products would be with the border (a valid 5 x 5
+// convolution of an 8 x 8 output: 2.25 times the work), it takes the
+// col2im route instead (see useCol2im).
 type convOp struct {
 	st      step
 	in, out *edge
@@ -44,10 +47,14 @@ type convOp struct {
 	kernT   gemm.Mat  // W' [C, O*k*k] (Data: the kernel, per call)
 	windows gemm.Mat  // [O*k*k, B*H*W] over dz, flipped
 
-	// The current pass, for the per-channel passes fwd and bwd.
-	nb          int
-	bias, gbias []float32
-	fwd, bwd    func(lo, hi int)
+	col2im bool
+	kernTT gemm.Mat  // col2im: W^T [C*k*k, O] (Data: the kernel, per call)
+	cols   []float32 // col2im: the patches' gradient [C*k*k, B*Ho*Wo]
+
+	// The current pass, for the per-channel passes fwd, bwd and bwdIn.
+	nb              int
+	bias, gbias     []float32
+	fwd, bwd, bwdIn func(lo, hi int)
 }
 
 func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
@@ -68,7 +75,8 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 	if !train {
 		return l
 	}
-	if in.grad != nil {
+	l.col2im = in.grad != nil && useCol2im(in, l.o, l.ho, l.wo)
+	if in.grad != nil && !l.col2im {
 		l.q = k - 1 - in.pad
 	}
 	hq, wq := l.ho+2*l.q, l.wo+2*l.q
@@ -76,7 +84,12 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 	l.dzv = gemm.Mat{Data: l.dz,
 		Row: offsets(0, l.o, batch*hq*wq, 1, 0, 1, 0),
 		Col: offsets(l.q*wq+l.q, batch, hq*wq, l.ho, wq, l.wo, 1)}
-	if in.grad != nil {
+	switch {
+	case l.col2im:
+		l.kernTT = gemm.Dense(nil, l.o, c*k*k, c*k*k).T()
+		l.cols = make([]float32, c*k*k*batch*l.ho*l.wo)
+		l.bwdIn = l.col2imRange
+	case in.grad != nil:
 		// dIn[c, b, y, x] = sum W[o, c, dy, dx] dz[o, b, y+k-1-dy-q, x+k-1-dx-q],
 		// the bordered dz read at (y+k-1-dy, x+k-1-dx).
 		l.kernT = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(0, l.o, c*k*k, k, k, k, 1)}
@@ -103,7 +116,14 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 	dz.Col = dz.Col[:nb*l.ho*l.wo]
 	patches.Col = patches.Col[:nb*l.ho*l.wo]
 	gemmMul(threads, g[l.st.w], l.c*l.k*l.k, dz, patches.T())
-	if l.in.grad == nil {
+	switch {
+	case l.col2im:
+		kernTT := l.kernTT
+		kernTT.Data = w[l.st.w]
+		gemmMul(threads, l.cols, l.batch*l.ho*l.wo, kernTT, dz)
+		split(threads, l.c, nb*l.in.h*l.in.w*l.k*l.k, l.bwdIn)
+		return
+	case l.in.grad == nil:
 		return
 	}
 	kernT, windows := l.kernT, l.windows
@@ -149,28 +169,31 @@ func (l *convOp) poolForward(lo, hi int) {
 				r0, r1 := z[2*y*wo:2*y*wo+2*pw], z[(2*y+1)*wo:(2*y+1)*wo+2*pw]
 				ar, gr := a[y*wn:y*wn+pw], arg[y*pw:y*pw+pw]
 				for x := range ar {
-					// Branch-free, since which input is largest is a coin
-					// toss that a branch predictor loses: the maxima compile
-					// to MINSS sequences and the integer tests to
-					// conditional moves. Comparing bits is comparing values
-					// here, as -0 and +0 only differ when the maximum is not
-					// positive, and then at is noMax; a = max(m, 0) is +0
-					// exactly when m is not positive.
 					v0, v1, v2, v3 := r0[2*x]+bias, r0[2*x+1]+bias, r1[2*x]+bias, r1[2*x+1]+bias
-					m := max(max(v0, v1), max(v2, v3))
-					top, a := math.Float32bits(m), max(m, 0)
-					at := 3
-					if math.Float32bits(v2) == top {
-						at = 2
+					// Positive float32s order as their bits do as int32s,
+					// and every other value (-0 included) is below them as
+					// an int32. The first maximum among positive inputs is
+					// all that is needed (a window without one outputs 0
+					// and passes no gradient), so it is an integer maximum,
+					// which compiles to compares and conditional moves: a
+					// float comparison would branch on which input is
+					// largest, a coin toss that branch prediction loses.
+					top, at := int32(math.Float32bits(v0)), 0
+					if v := int32(math.Float32bits(v1)); v > top {
+						top, at = v, 1
 					}
-					if math.Float32bits(v1) == top {
-						at = 1
+					if v := int32(math.Float32bits(v2)); v > top {
+						top, at = v, 2
 					}
-					if math.Float32bits(v0) == top {
-						at = 0
+					if v := int32(math.Float32bits(v3)); v > top {
+						top, at = v, 3
 					}
-					if math.Float32bits(a) == 0 {
-						at = noMax
+					if top <= 0 {
+						top, at = 0, noMax
+					}
+					a := math.Float32frombits(uint32(top))
+					if sum := v0 + v1 + v2 + v3; sum != sum {
+						a = sum // a NaN input (or Inf - Inf) propagates, as in GoMLX and PyTorch
 					}
 					ar[x], gr[x] = a, uint8(at)
 				}
@@ -217,18 +240,24 @@ func reluPass(v, d float32) float32 {
 	return math.Float32frombits(bits)
 }
 
-// route[at] is the share of a pooling window's output gradient that each
-// of its four inputs receives, at being the window's record in arg.
-var route = [noMax + 1][4]float32{{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}, {}}
+// poolOffset[at] is the offset, from a pooling window's top-left input
+// in dz, of the input that receives the window's gradient; a window
+// without one (noMax) writes its zero gradient at the top left.
+func (l *convOp) poolOffset() [noMax + 1]int {
+	wq := l.wo + 2*l.q
+	return [noMax + 1]int{0, 1, wq, wq + 1, 0}
+}
 
 // poolBackward writes dz of channels [lo, hi): each window's output
 // gradient at its first maximum and 0 elsewhere (rows and columns that
 // floor pooling drops are never written, so they stay 0); and their bias
-// gradients. It multiplies by route rather than branching on the winner.
+// gradients. It clears the windows' rows, then stores one value per
+// window at an offset looked up from its record, without branching on it.
 func (l *convOp) poolBackward(lo, hi int) {
 	out, gs := l.out, l.out.gs
 	ph, pw := out.h, out.w
 	wq := l.wo + 2*l.q
+	offset := l.poolOffset()
 	for o := lo; o < hi; o++ {
 		var sum float64
 		for b := range l.nb {
@@ -236,12 +265,18 @@ func (l *convOp) poolBackward(lo, hi int) {
 			arg := l.arg[(o*l.batch+b)*ph*pw:]
 			g := out.grad[o*gs[0]+b*gs[1]:]
 			for y := range ph {
-				d0, d1 := dz[2*y*wq:2*y*wq+2*pw], dz[(2*y+1)*wq:(2*y+1)*wq+2*pw]
+				rows := dz[2*y*wq : (2*y+1)*wq+2*pw]
+				clear(rows[:2*pw])
+				clear(rows[wq:])
 				gr, ar := g[y*gs[2]:], arg[y*pw:y*pw+pw]
 				for x, at := range ar {
-					d, r := gr[x*gs[3]], &route[at]
-					d0[2*x], d0[2*x+1], d1[2*x], d1[2*x+1] = d*r[0], d*r[1], d*r[2], d*r[3]
-					sum += float64(d * (r[0] + r[1] + r[2] + r[3]))
+					bits := math.Float32bits(gr[x*gs[3]])
+					if at == noMax { // a conditional move on the integer bits
+						bits = 0
+					}
+					d := math.Float32frombits(bits)
+					rows[2*x+offset[at]] = d
+					sum += float64(d)
 				}
 			}
 		}

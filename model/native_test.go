@@ -10,17 +10,44 @@ import (
 )
 
 // smallInputs are input shapes small enough for quick tests that still
-// exercise every layer: odd sizes that pooling floors (cnn2 17 -> 13 -> 6
-// -> 2 -> 1, corbin-cnn 13 -> 11 -> 5 -> 3 -> 1, ldpfl-cnn 17 as cnn2,
-// vgg-small 10 -> 5 -> 2 -> 1), several input channels, and vectors.
+// exercise every layer and both routes of a valid convolution's input
+// gradient (TestCol2imChoice checks which each takes): odd sizes that
+// pooling floors (cnn2 26 -> 22 -> 11 -> 7 -> 3, corbin-cnn 13 -> 11 -> 5
+// -> 3 -> 1, ldpfl-cnn 17 -> 13 -> 6 -> 2 -> 1, vgg-small 10 -> 5 -> 2 ->
+// 1), several input channels, and vectors.
 var smallInputs = map[string][]int{
 	"linear":     {30},
 	"mlp":        {30},
 	"mlp-wide":   {6, 5, 1},
-	"cnn2":       {17, 17, 2},
+	"cnn2":       {26, 26, 2},
 	"corbin-cnn": {13, 13, 1},
 	"ldpfl-cnn":  {17, 17, 1},
 	"vgg-small":  {10, 10, 3},
+}
+
+// TestCol2imChoice: the second convolution's input gradient takes the
+// col2im route in ldpfl-cnn on MNIST and not in the other CNNs, and the
+// small test inputs cover both routes (cnn2 the bordered convolution,
+// corbin-cnn and ldpfl-cnn col2im).
+func TestCol2imChoice(t *testing.T) {
+	for _, c := range []struct {
+		arch  string
+		input []int
+		want  bool
+	}{
+		{"cnn2", benchInput("cnn2"), false},
+		{"corbin-cnn", benchInput("corbin-cnn"), false},
+		{"ldpfl-cnn", benchInput("ldpfl-cnn"), true},
+		{"vgg-small", benchInput("vgg-small"), false},
+		{"cnn2", smallInputs["cnn2"], false},
+		{"corbin-cnn", smallInputs["corbin-cnn"], true},
+		{"ldpfl-cnn", smallInputs["ldpfl-cnn"], true},
+	} {
+		m, _ := New(c.arch, c.input, 10)
+		if got := newNativeNet(m, 8, true).ops[1].(*convOp).col2im; got != c.want {
+			t.Errorf("%s %v: col2im %v, want %v", c.arch, c.input, got, c.want)
+		}
+	}
 }
 
 // engineOptimizers are the optimizers the engines must agree on.
@@ -351,8 +378,10 @@ func refPool(act []float64, c, h, w int) ([]float64, int, int) {
 // central finite differences (h = 1e-6) of refLoss64 in float64, on tiny
 // inputs that cover every layer: vgg-small for "same" convolutions and
 // pooling of an odd size (10 -> 5 -> 2), corbin-cnn for valid
-// convolutions with odd pooling (13 -> 11 -> 5 -> 3 -> 1) and both for
-// dropout, cnn2 with two input channels, and the MLP. The minibatch (3)
+// convolutions with odd pooling (13 -> 11 -> 5 -> 3 -> 1) and the col2im
+// input gradient, both for dropout, cnn2 for the bordered input gradient
+// of a valid convolution and odd pooling (26 -> 22 -> 11 -> 7 -> 3), and
+// the MLP. The minibatch (3)
 // is shorter than the workspace (4), as a last batch is. The top half of
 // each image is blank and the biases positive, as on MNIST's margins:
 // there the four inputs of a pooling window tie exactly and the gradient
@@ -367,7 +396,7 @@ func TestNativeGradients(t *testing.T) {
 	}{
 		{"vgg-small", []int{10, 10, 2}},
 		{"corbin-cnn", []int{13, 13, 2}},
-		{"cnn2", []int{17, 17, 2}},
+		{"cnn2", []int{26, 26, 2}},
 		{"mlp", []int{7}},
 	} {
 		t.Run(c.arch, func(t *testing.T) {
