@@ -20,16 +20,16 @@ import (
 // then take a quarter of the memory.
 const nativeEvalBatch = 64
 
-// nativeEngine holds the gradients, the optimizer state and a workspace
-// per minibatch size, all allocated once and reused by every step and
-// every client.
+// nativeEngine holds the gradients, the optimizer state and the
+// workspaces, all allocated once and reused by every step and every
+// client.
 type nativeEngine struct {
 	m       *Model
 	opt     Optimizer
 	threads int
 	grads   [][]float32        // per tensor, overwritten by each step's backward pass
 	state   [][]float32        // optimizer slots, slot-major then tensor; zeroed per train call
-	nets    map[int]*nativeNet // training workspaces by largest minibatch
+	work    *nativeNet         // the training workspace (see net)
 	eval    *nativeNet         // the evaluation workspace, built on first use
 	updates []func(lo, hi int) // per tensor, the optimizer's update of elements [lo, hi)
 	cur     nativeStep         // the step the updates apply
@@ -47,7 +47,7 @@ func newNativeEngine(m *Model, opt Optimizer) (*nativeEngine, error) {
 			return nil, fmt.Errorf("model: native engine: %s's dropout does not follow a hidden dense layer", m.arch)
 		}
 	}
-	e := &nativeEngine{m: m, opt: opt, threads: 1, nets: map[int]*nativeNet{}}
+	e := &nativeEngine{m: m, opt: opt, threads: 1}
 	for _, s := range m.specs {
 		e.grads = append(e.grads, make([]float32, s.Size()))
 	}
@@ -62,26 +62,19 @@ func newNativeEngine(m *Model, opt Optimizer) (*nativeEngine, error) {
 	return e, nil
 }
 
-func (e *nativeEngine) setThreads(n int) {
-	e.threads = n
-	for _, n := range e.nets {
-		n.threads = e.threads
-	}
-	if e.eval != nil {
-		e.eval.threads = e.threads
-	}
-}
+func (e *nativeEngine) setThreads(n int) { e.threads = n }
 
-// net returns the training workspace for minibatches of up to batch
-// examples, building it on first use.
+// net returns a training workspace for minibatches of up to batch
+// examples. There is one, for the largest minibatch yet: a smaller one
+// uses a prefix of it and computes the same bits (every product and pass
+// is per example), so the round engine's clients of all sizes share it
+// rather than each size holding its own activations.
 func (e *nativeEngine) net(batch int) *nativeNet {
-	n, ok := e.nets[batch]
-	if !ok {
-		n = newNativeNet(e.m, batch, true)
-		e.nets[batch] = n
+	if e.work == nil || e.work.batch < batch {
+		e.work = newNativeNet(e.m, batch, true)
 	}
-	n.threads = e.threads
-	return n
+	e.work.threads = e.threads
+	return e.work
 }
 
 func (e *nativeEngine) train(ctx context.Context, weights [][]float32, x []float32, y []int32, pl plan) ([][]float32, float64, error) {

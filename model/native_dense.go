@@ -119,20 +119,31 @@ func (l *denseOp) backwardUnits(lo, hi int) {
 
 // loss returns the summed cross-entropy of the step's logits against the
 // labels of sel, and writes the gradient of its mean (the step's loss) with
-// respect to the logits into their edge's gradient.
+// respect to the logits into their edge's gradient: (softmax - onehot)/nb.
 func (n *nativeNet) loss(y []int32, sel []int) float64 {
-	z, d := n.logits.out.data, n.logits.out.grad
+	z, d, k := n.logits.out.data, n.logits.out.grad, n.logits.st.out
 	inv := 1 / float64(len(sel))
 	var sum float64
 	for b, i := range sel {
-		lse := n.logSumExp(b)
-		sum += lse - float64(z[int(y[i])*n.batch+b])
-		for k := range n.logits.st.out {
-			p := math.Exp(float64(z[k*n.batch+b]) - lse)
-			if k == int(y[i]) {
-				p--
+		top := float64(z[b])
+		for j := 1; j < k; j++ {
+			top = max(top, float64(z[j*n.batch+b]))
+		}
+		// d holds exp(z - top) until the sum of them is known.
+		var s float64
+		for j := range k {
+			e := math.Exp(float64(z[j*n.batch+b]) - top)
+			d[j*n.batch+b] = float32(e)
+			s += e
+		}
+		sum += top + math.Log(s) - float64(z[int(y[i])*n.batch+b])
+		scale := inv / s
+		for j := range k {
+			p := float64(d[j*n.batch+b]) * scale
+			if j == int(y[i]) {
+				p -= inv
 			}
-			d[k*n.batch+b] = float32(p * inv)
+			d[j*n.batch+b] = float32(p)
 		}
 	}
 	return sum

@@ -14,10 +14,7 @@ func (e *nativeEngine) updater(i int) func(lo, hi int) {
 	grad := e.grads[i]
 	decay := func(w, g []float32) {
 		if wd > 0 {
-			w = w[:len(g)]
-			for j := range g {
-				g[j] += w[j] * wd
-			}
+			addScaled(g, w, wd)
 		}
 	}
 	switch {
@@ -41,22 +38,70 @@ func (e *nativeEngine) updater(i int) func(lo, hi int) {
 	case o.Momentum > 0:
 		velocity, mom := e.state[i], float32(o.Momentum)
 		return func(lo, hi int) {
-			g := grad[lo:hi]
-			w, v := e.cur.w[i][lo:hi][:len(g)], velocity[lo:hi][:len(g)]
+			w, g, v := e.cur.w[i][lo:hi], grad[lo:hi], velocity[lo:hi]
 			decay(w, g)
-			for j, gj := range g {
-				v[j] = v[j]*mom + gj
-				w[j] -= v[j] * lr
-			}
+			scaleAdd(v, g, mom)
+			subScaled(w, v, lr)
 		}
 	default:
 		return func(lo, hi int) {
-			g := grad[lo:hi]
-			w := e.cur.w[i][lo:hi][:len(g)]
+			w, g := e.cur.w[i][lo:hi], grad[lo:hi]
 			decay(w, g)
-			for j, gj := range g {
-				w[j] -= gj * lr
-			}
+			subScaled(w, g, lr)
 		}
+	}
+}
+
+// The element-wise loops below are unrolled by four: Go compiles them to
+// scalar SSE either way, and without the unrolling the loop's own overhead
+// doubled their time (an SGD update of mlp-wide's 100K-parameter kernel
+// took 0.09 ms). Each computes what its one-line comment says, rounding
+// every operation to float32 in that order.
+
+// subScaled sets w[j] -= x[j]*a.
+func subScaled(w, x []float32, a float32) {
+	x = x[:len(w)]
+	j := 0
+	for ; j+4 <= len(w); j += 4 {
+		w4, x4 := w[j:j+4:j+4], x[j:j+4:j+4]
+		w4[0] -= x4[0] * a
+		w4[1] -= x4[1] * a
+		w4[2] -= x4[2] * a
+		w4[3] -= x4[3] * a
+	}
+	for ; j < len(w); j++ {
+		w[j] -= x[j] * a
+	}
+}
+
+// addScaled sets g[j] += x[j]*a.
+func addScaled(g, x []float32, a float32) {
+	x = x[:len(g)]
+	j := 0
+	for ; j+4 <= len(g); j += 4 {
+		g4, x4 := g[j:j+4:j+4], x[j:j+4:j+4]
+		g4[0] += x4[0] * a
+		g4[1] += x4[1] * a
+		g4[2] += x4[2] * a
+		g4[3] += x4[3] * a
+	}
+	for ; j < len(g); j++ {
+		g[j] += x[j] * a
+	}
+}
+
+// scaleAdd sets v[j] = v[j]*m + g[j].
+func scaleAdd(v, g []float32, m float32) {
+	g = g[:len(v)]
+	j := 0
+	for ; j+4 <= len(v); j += 4 {
+		v4, g4 := v[j:j+4:j+4], g[j:j+4:j+4]
+		v4[0] = v4[0]*m + g4[0]
+		v4[1] = v4[1]*m + g4[1]
+		v4[2] = v4[2]*m + g4[2]
+		v4[3] = v4[3]*m + g4[3]
+	}
+	for ; j < len(v); j++ {
+		v[j] = v[j]*m + g[j]
 	}
 }
