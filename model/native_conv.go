@@ -44,12 +44,12 @@ type convOp struct {
 
 	dz      []float32 // [O, B, Ho+2q, Wo+2q]
 	dzv     gemm.Mat  // dz's interior as [O, B*Ho*Wo]
-	kernT   gemm.Mat  // W' [C, O*k*k] (Data: the kernel, per call)
+	kernIn  gemm.Mat  // W' [C, O*k*k] (Data: the kernel, per call)
 	windows gemm.Mat  // [O*k*k, B*H*W] over dz, flipped
 
-	col2im bool
-	kernTT gemm.Mat  // col2im: W^T [C*k*k, O] (Data: the kernel, per call)
-	cols   []float32 // col2im: the patches' gradient [C*k*k, B*Ho*Wo]
+	col2im   bool
+	kernCols gemm.Mat  // col2im: W^T [C*k*k, O] (Data: the kernel, per call)
+	cols     []float32 // col2im: the patches' gradient [C*k*k, B*Ho*Wo]
 
 	// The current pass, for the per-channel passes fwd, bwd and bwdIn.
 	nb              int
@@ -86,13 +86,13 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		Col: offsets(l.q*wq+l.q, batch, hq*wq, l.ho, wq, l.wo, 1)}
 	switch {
 	case l.col2im:
-		l.kernTT = gemm.Dense(nil, l.o, c*k*k, c*k*k).T()
+		l.kernCols = gemm.Dense(nil, l.o, c*k*k, c*k*k).T()
 		l.cols = make([]float32, c*k*k*batch*l.ho*l.wo)
 		l.bwdIn = l.col2imRange
 	case in.grad != nil:
 		// dIn[c, b, y, x] = sum W[o, c, dy, dx] dz[o, b, y+k-1-dy-q, x+k-1-dx-q],
 		// the bordered dz read at (y+k-1-dy, x+k-1-dx).
-		l.kernT = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(0, l.o, c*k*k, k, k, k, 1)}
+		l.kernIn = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(0, l.o, c*k*k, k, k, k, 1)}
 		l.windows = gemm.Mat{Data: l.dz,
 			Row: offsets((k-1)*(wq+1), l.o, batch*hq*wq, k, -wq, k, -1),
 			Col: offsets(0, batch, hq*wq, in.h, wq, in.w, 1)}
@@ -118,18 +118,18 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 	gemmMul(threads, g[l.st.w], l.c*l.k*l.k, dz, patches.T())
 	switch {
 	case l.col2im:
-		kernTT := l.kernTT
-		kernTT.Data = w[l.st.w]
-		gemmMul(threads, l.cols, l.batch*l.ho*l.wo, kernTT, dz)
-		split(threads, l.c, nb*l.in.h*l.in.w*l.k*l.k, l.bwdIn)
+		kernCols := l.kernCols
+		kernCols.Data = w[l.st.w]
+		gemmMul(threads, l.cols, l.batch*l.ho*l.wo, kernCols, dz)
+		split(threads, l.c, nb*l.ho*l.wo*l.k*l.k, l.bwdIn)
 		return
 	case l.in.grad == nil:
 		return
 	}
-	kernT, windows := l.kernT, l.windows
-	kernT.Data = w[l.st.w]
+	kernIn, windows := l.kernIn, l.windows
+	kernIn.Data = w[l.st.w]
 	windows.Col = windows.Col[:nb*l.in.h*l.in.w]
-	gemmMul(threads, l.in.grad, l.batch*l.in.h*l.in.w, kernT, windows)
+	gemmMul(threads, l.in.grad, l.batch*l.in.h*l.in.w, kernIn, windows)
 }
 
 // reluForward writes ReLU(z + bias) of channels [lo, hi) into the output.
