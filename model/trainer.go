@@ -110,9 +110,9 @@ var defaultEngine = Native
 // Trainer trains and evaluates one model with one optimizer on one
 // engine. It validates every input and result itself, so the engines only
 // compute. Weights are arguments of each call, so one Trainer serves any
-// number of clients; it keeps what it prepared per batch size (compiled
-// graphs, buffers) between calls. A Trainer is not safe for concurrent
-// use: use one per worker goroutine.
+// number of clients; it keeps what it prepared (compiled graphs,
+// workspaces) between calls. A Trainer is not safe for concurrent use: use
+// one per worker goroutine.
 type Trainer struct {
 	m    *Model
 	opt  Optimizer
