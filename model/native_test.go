@@ -507,3 +507,29 @@ func TestNativeWorkspaceShared(t *testing.T) {
 		}
 	}
 }
+
+// TestNonFinite checks the eight-at-a-time scan against the element test
+// for every position and kind of non-finite value.
+func TestNonFinite(t *testing.T) {
+	for n := 0; n < 40; n++ {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i) - 3.3e38*float32(i%2)
+		}
+		if got := nonFinite(v); got != -1 {
+			t.Fatalf("len %d, all finite: got %d", n, got)
+		}
+		for i := range v {
+			for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+				w := append([]float32(nil), v...)
+				w[i] = bad
+				if i+1 < n {
+					w[n-1] = bad // a later one must not win
+				}
+				if got := nonFinite(w); got != i {
+					t.Fatalf("len %d, %v at %d: got %d", n, bad, i, got)
+				}
+			}
+		}
+	}
+}

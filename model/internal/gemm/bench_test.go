@@ -52,6 +52,10 @@ var benchCases = []benchCase{
 	{m: 64, k: 800, n: 4096, a: "N", b: "im2col", conv: [6]int{64, 32, 12, 12, 5, 5}},
 	// Weight gradient: output gradient x patches^T.
 	{m: 64, k: 4096, n: 800, a: "N", b: "im2colT", conv: [6]int{64, 32, 12, 12, 5, 5}},
+	// cnn2's weight gradients (6 output channels) and col2im input gradient.
+	{m: 6, k: 36864, n: 25, a: "N", b: "im2colT", conv: [6]int{64, 1, 28, 28, 5, 5}},
+	{m: 6, k: 4096, n: 150, a: "N", b: "im2colT", conv: [6]int{64, 6, 12, 12, 5, 5}},
+	{m: 150, k: 6, n: 4096, a: "T", b: "N"},
 	// Input gradient as a full convolution of the padded output gradient.
 	{m: 32, k: 1600, n: 9216, a: "N", b: "im2col", conv: [6]int{64, 64, 16, 16, 5, 5}},
 }
