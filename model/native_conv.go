@@ -115,7 +115,14 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 	dz, patches := l.dzv, l.patches
 	dz.Col = dz.Col[:nb*l.ho*l.wo]
 	patches.Col = patches.Col[:nb*l.ho*l.wo]
-	gemmMul(threads, g[l.st.w], l.c*l.k*l.k, dz, patches.T())
+	if l.o < 16 {
+		// With few output channels, packing patches^T would cost more
+		// than the product: dot products over output rows read it in
+		// place.
+		gemm.MulDot(threads, g[l.st.w], l.c*l.k*l.k, dz, patches.T())
+	} else {
+		gemmMul(threads, g[l.st.w], l.c*l.k*l.k, dz, patches.T())
+	}
 	switch {
 	case l.col2im:
 		kernCols := l.kernCols

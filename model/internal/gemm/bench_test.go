@@ -145,3 +145,19 @@ func benchMul(b *testing.B, threads int, bc benchCase) {
 		b.ReportMetric(bc.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
 }
+
+// BenchmarkMulDot runs MulDot (one thread) on the weight-gradient cases.
+func BenchmarkMulDot(b *testing.B) {
+	for _, bc := range benchCases {
+		if bc.b != "im2colT" {
+			continue
+		}
+		a, bm, c := benchOperands(bc)
+		b.Run(bc.String(), func(b *testing.B) {
+			for b.Loop() {
+				MulDot(1, c, bc.n, a, bm)
+			}
+			b.ReportMetric(bc.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

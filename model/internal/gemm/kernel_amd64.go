@@ -114,3 +114,17 @@ func runAVX2(k int, a []float32, off, sa, sp int, b, c []float32, ldc, rows, col
 	_, _ = b[16*k-1], c[5*ldc+15]
 	kernelAVX2(k, &a[off], sa, sp, &b[0], &c[0], ldc, alpha, beta)
 }
+
+// dotTileAVX512 is dotTile in AVX-512.
+//
+//go:noescape
+func dotTileAVX512(a, b *float32, sa int, bo *int, runs *int, nruns int, acc *float32)
+
+// haveDot says dotTile runs; a variable so that tests can turn it off.
+var haveDot = hasAVX512
+
+// dotTile accumulates the 6x4 tile of lane sums described at
+// dotTileAVX512 into acc (24*16 floats). Offsets are checked by the caller.
+func dotTile(a, b []float32, sa int, bo *[4]int, runs []int, acc *[24 * 16]float32) {
+	dotTileAVX512(&a[0], &b[0], sa, &bo[0], &runs[0], len(runs)/3, &acc[0])
+}

@@ -902,3 +902,120 @@ rend:
 	MOVQ AX, nr+24(FP)
 	VZEROUPPER
 	RET
+
+// dotTileAVX512 accumulates a 6x4 tile of dot products over runs of
+// contiguous k: for each run (a0, b0, len) (nruns triples of ints), row i of
+// A is a[a0+i*sa+t] and column j of B is b[b0+bo[j]+t], t < len. Lanes are
+// kept apart: acc (24 vectors of 16 floats, row-major over the tile) gets
+// each lane's own sum, and the caller adds the lanes up. Tails are loaded
+// under a mask as zeros.
+//
+// DOTROW multiplies row r (at base(idx)) into the accumulators z0..z0+3.
+#define DOTROW(addr, za, z0, z1, z2, z3) VMOVUPS.Z addr, K1, za; VFMADD231PS Z24, za, z0; VFMADD231PS Z25, za, z1; VFMADD231PS Z26, za, z2; VFMADD231PS Z27, za, z3
+
+// func dotTileAVX512(a, b *float32, sa int, bo *int, runs *int, nruns int, acc *float32)
+TEXT ·dotTileAVX512(SB), NOSPLIT, $0-56
+	MOVQ sa+16(FP), R8
+	SHLQ $2, R8           // row stride in bytes
+	LEAQ (R8)(R8*2), R9   // 3 rows
+	MOVQ bo+24(FP), AX
+	MOVQ 0(AX), R10
+	MOVQ 8(AX), R12
+	MOVQ 16(AX), R13
+	MOVQ 24(AX), R14
+	MOVQ runs+32(FP), R11
+	MOVQ nruns+40(FP), BX
+	VXORPS Z0, Z0, Z0
+	VMOVAPS Z0, Z1
+	VMOVAPS Z0, Z2
+	VMOVAPS Z0, Z3
+	VMOVAPS Z0, Z4
+	VMOVAPS Z0, Z5
+	VMOVAPS Z0, Z6
+	VMOVAPS Z0, Z7
+	VMOVAPS Z0, Z8
+	VMOVAPS Z0, Z9
+	VMOVAPS Z0, Z10
+	VMOVAPS Z0, Z11
+	VMOVAPS Z0, Z12
+	VMOVAPS Z0, Z13
+	VMOVAPS Z0, Z14
+	VMOVAPS Z0, Z15
+	VMOVAPS Z0, Z16
+	VMOVAPS Z0, Z17
+	VMOVAPS Z0, Z18
+	VMOVAPS Z0, Z19
+	VMOVAPS Z0, Z20
+	VMOVAPS Z0, Z21
+	VMOVAPS Z0, Z22
+	VMOVAPS Z0, Z23
+	TESTQ BX, BX
+	JEQ  dstore
+
+drun:
+	MOVQ a+0(FP), SI
+	MOVQ 0(R11), AX
+	LEAQ (SI)(AX*4), SI  // row 0 of A at this run
+	LEAQ (SI)(R9*1), DX  // row 3
+	MOVQ b+8(FP), DI
+	MOVQ 8(R11), AX
+	LEAQ (DI)(AX*4), DI  // B at this run, less the column offsets
+	MOVQ 16(R11), CX     // length
+	ADDQ $24, R11
+
+dchunk:
+	MOVL $0xffff, AX
+	CMPQ CX, $16
+	JGE  dmask
+	MOVL $1, AX
+	SHLXL CX, AX, AX
+	DECL AX
+
+dmask:
+	KMOVW AX, K1
+	VMOVUPS.Z (DI)(R10*4), K1, Z24
+	VMOVUPS.Z (DI)(R12*4), K1, Z25
+	VMOVUPS.Z (DI)(R13*4), K1, Z26
+	VMOVUPS.Z (DI)(R14*4), K1, Z27
+	DOTROW((SI), Z28, Z0, Z1, Z2, Z3)
+	DOTROW((SI)(R8*1), Z29, Z4, Z5, Z6, Z7)
+	DOTROW((SI)(R8*2), Z30, Z8, Z9, Z10, Z11)
+	DOTROW((DX), Z31, Z12, Z13, Z14, Z15)
+	DOTROW((DX)(R8*1), Z28, Z16, Z17, Z18, Z19)
+	DOTROW((DX)(R8*2), Z29, Z20, Z21, Z22, Z23)
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JG   dchunk
+	DECQ BX
+	JNE  drun
+
+dstore:
+	MOVQ acc+48(FP), AX
+	VMOVUPS Z0, 0(AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, 256(AX)
+	VMOVUPS Z5, 320(AX)
+	VMOVUPS Z6, 384(AX)
+	VMOVUPS Z7, 448(AX)
+	VMOVUPS Z8, 512(AX)
+	VMOVUPS Z9, 576(AX)
+	VMOVUPS Z10, 640(AX)
+	VMOVUPS Z11, 704(AX)
+	VMOVUPS Z12, 768(AX)
+	VMOVUPS Z13, 832(AX)
+	VMOVUPS Z14, 896(AX)
+	VMOVUPS Z15, 960(AX)
+	VMOVUPS Z16, 1024(AX)
+	VMOVUPS Z17, 1088(AX)
+	VMOVUPS Z18, 1152(AX)
+	VMOVUPS Z19, 1216(AX)
+	VMOVUPS Z20, 1280(AX)
+	VMOVUPS Z21, 1344(AX)
+	VMOVUPS Z22, 1408(AX)
+	VMOVUPS Z23, 1472(AX)
+	VZEROUPPER
+	RET

@@ -18,3 +18,11 @@ func findRuns(js []int, runs []int) (nr, lo, hi int) { return findRunsGo(js, run
 
 // transpose16 is the AVX-512 transposer, absent here.
 func transpose16(dst, data []float32, k0 int, js []int, kc, w int) bool { return false }
+
+// haveDot says dotTile runs: not in this build.
+var haveDot = false
+
+// dotTile is the AVX-512 dot-product tile, absent here.
+func dotTile(a, b []float32, sa int, bo *[4]int, runs []int, acc *[24 * 16]float32) {
+	panic("gemm: no dot tile")
+}

@@ -1,0 +1,70 @@
+package gemm
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+)
+
+// TestMulDot checks MulDot on weight-gradient layouts (A dense, B a
+// transposed patch matrix) and others against a float64 reference, and that
+// its result does not depend on the thread count.
+func TestMulDot(t *testing.T) {
+	defer func(w int) { parallelMinWork = w }(parallelMinWork)
+	parallelMinWork = 1
+	rng := rand.New(rand.NewSource(11))
+	convs := [][6]int{{3, 1, 28, 28, 5, 5}, {2, 6, 12, 12, 5, 5}, {2, 2, 9, 40, 3, 3}, {1, 1, 5, 5, 5, 5}}
+	for _, cv := range convs {
+		p := im2col(rng, cv[0], cv[1], cv[2], cv[3], cv[4], cv[5])
+		b := p.T()
+		k, n := b.Rows(), b.Cols()
+		for _, m := range []int{1, 3, 6, 7, 13} {
+			for _, l := range []layout{dense, gather} {
+				a := randMat(rng, m, k, l)
+				ldc := n + 3
+				var want []float32
+				c0 := randData(rng, (m-1)*ldc+n)
+				for _, threads := range []int{1, 2, 3, 5} {
+					c := append([]float32(nil), c0...)
+					MulDot(threads, c, ldc, a, b)
+					if want == nil {
+						want = c
+						checkDot(t, a, b, c, c0, ldc)
+						continue
+					}
+					for i := range c {
+						if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("conv %v m %d %v, %d threads: C[%d] = %g, 1 thread gives %g", cv, m, l, threads, i, c[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// checkDot compares C = A*B with a float64 reference and checks that
+// nothing past n in each row was written.
+func checkDot(t *testing.T, a, b Mat, c, c0 []float32, ldc int) {
+	t.Helper()
+	m, k, n := a.Rows(), a.Cols(), b.Cols()
+	for i := 0; i < m; i++ {
+		for j := 0; j < ldc && i*ldc+j < len(c); j++ {
+			if j >= n {
+				if c[i*ldc+j] != c0[i*ldc+j] {
+					t.Fatalf("%dx%dx%d: wrote C[%d,%d] past n", m, k, n, i, j)
+				}
+				continue
+			}
+			var s, mag float64
+			for p := 0; p < k; p++ {
+				x := at(a, i, p) * at(b, p, j)
+				s += x
+				mag += math.Abs(x)
+			}
+			if d := math.Abs(float64(c[i*ldc+j]) - s); !(d <= 1e-6*float64(k)*mag+1e-30) {
+				t.Fatalf("%dx%dx%d: C[%d,%d] = %g, want %g", m, k, n, i, j, c[i*ldc+j], s)
+			}
+		}
+	}
+}
