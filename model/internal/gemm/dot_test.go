@@ -13,7 +13,9 @@ func TestMulDot(t *testing.T) {
 	defer func(w int) { parallelMinWork = w }(parallelMinWork)
 	parallelMinWork = 1
 	rng := rand.New(rand.NewSource(11))
-	convs := [][6]int{{3, 1, 28, 28, 5, 5}, {2, 6, 12, 12, 5, 5}, {2, 2, 9, 40, 3, 3}, {1, 1, 5, 5, 5, 5}}
+	// Output rows of 24 and 8 go by block pairs (7 blocks: one single),
+	// of 38 by runs, of 1 by Mul.
+	convs := [][6]int{{3, 1, 28, 28, 5, 5}, {2, 6, 12, 12, 5, 5}, {1, 2, 11, 12, 5, 5}, {2, 2, 9, 40, 3, 3}, {1, 1, 5, 5, 5, 5}}
 	for _, cv := range convs {
 		p := im2col(rng, cv[0], cv[1], cv[2], cv[3], cv[4], cv[5])
 		b := p.T()
@@ -66,5 +68,17 @@ func checkDot(t *testing.T, a, b Mat, c, c0 []float32, ldc int) {
 				t.Fatalf("%dx%dx%d: C[%d,%d] = %g, want %g", m, k, n, i, j, c[i*ldc+j], s)
 			}
 		}
+	}
+}
+
+// TestMulDotNoAllocs: once its run lists have grown, MulDot allocates
+// nothing on one thread.
+func TestMulDotNoAllocs(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	b := im2col(rng, 2, 1, 28, 28, 5, 5).T()
+	a := randMat(rng, 6, b.Rows(), dense)
+	c := make([]float32, 6*b.Cols())
+	if n := testing.AllocsPerRun(5, func() { MulDot(1, c, b.Cols(), a, b) }); n != 0 {
+		t.Errorf("MulDot: %v allocations per call", n)
 	}
 }

@@ -128,3 +128,19 @@ var haveDot = hasAVX512
 func dotTile(a, b []float32, sa int, bo *[4]int, runs []int, acc *[24 * 16]float32) {
 	dotTileAVX512(&a[0], &b[0], sa, &bo[0], &runs[0], len(runs)/3, &acc[0])
 }
+
+// dotPairsAVX512 is dotPairs in AVX-512.
+//
+//go:noescape
+func dotPairsAVX512(a, b *float32, sa int, bo *int, pairs *int, npairs int, acc *float32, single *int)
+
+// dotPairs is dotTile over pairs of 8-float blocks (see dotPairsAVX512):
+// pairs holds quadruples (alo, blo, ahi, bhi); single, if single[0] != 0,
+// one last block (single[1], single[2]). Offsets are checked by the caller.
+func dotPairs(a, b []float32, sa int, bo *[4]int, pairs []int, single *[3]int, acc *[24 * 16]float32) {
+	p := pairs
+	if len(p) == 0 {
+		p = single[:] // any valid pointer: npairs is 0
+	}
+	dotPairsAVX512(&a[0], &b[0], sa, &bo[0], &p[0], len(pairs)/4, &acc[0], &single[0])
+}

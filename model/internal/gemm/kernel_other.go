@@ -26,3 +26,8 @@ var haveDot = false
 func dotTile(a, b []float32, sa int, bo *[4]int, runs []int, acc *[24 * 16]float32) {
 	panic("gemm: no dot tile")
 }
+
+// dotPairs is the AVX-512 dot-product tile over block pairs, absent here.
+func dotPairs(a, b []float32, sa int, bo *[4]int, pairs []int, single *[3]int, acc *[24 * 16]float32) {
+	panic("gemm: no dot tile")
+}
