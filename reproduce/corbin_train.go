@@ -29,13 +29,13 @@ func init() {
 		spec                                trainSpec
 	}{
 		{"corbin-bits", "Experiment 2 (Fig. 2(a)): accuracy against the shared bits per parameter d",
-			"MNIST, 50 clients, MLP, eps 1: corbin with d = 1, 3, 5, 7 against ldpq (no shared bits), 3 seeds", "5 s", "5 min", corbinBits()},
+			"MNIST, 50 clients, MLP, eps 1: corbin with d = 1, 3, 5, 7 against ldpq (no shared bits), 3 seeds", "5 s", "1.6 min", corbinBits()},
 		{"corbin-dropout", "Experiment 3 (Fig. 2(b)): accuracy against the dropout probability",
-			"MNIST, 50 clients, MLP, eps 1: corbin and ldpq with clients dropping out with probability 0, 0.1, 0.3, 0.5, 3 seeds", "8 s", "8 min", corbinDropout()},
+			"MNIST, 50 clients, MLP, eps 1: corbin and ldpq with clients dropping out with probability 0, 0.1, 0.3, 0.5, 3 seeds", "8 s", "1.4 min", corbinDropout()},
 		{"corbin-clients", "Experiment 4 (Fig. 2(c)): accuracy against the number of clients",
-			"MNIST, 50 to 500 clients, MLP, batch 32, eps 5: corbin, ldpq and no privacy", "6 s", "4 min", corbinClients()},
+			"MNIST, 50 to 500 clients, MLP, batch 32, eps 5: corbin, ldpq and no privacy", "6 s", "42 s", corbinClients()},
 		{"corbin-mnist", "Experiment 7 (Fig. 3(c)): MNIST at eps = 0.5, CorBin-FL against LDP-FL and vanilla FL",
-			"MNIST, 50 clients, cnn2, eps 0.5: corbin, ldpq and no privacy", "2 s", "12 min", corbinMNIST()},
+			"MNIST, 50 clients, cnn2, eps 0.5: corbin, ldpq and no privacy", "2 s", "2.0 min", corbinMNIST()},
 	} {
 		spec, name := e.spec, e.name
 		register(Experiment{

@@ -41,7 +41,7 @@ func init() {
 		Reproduces: "Table I: MNIST test accuracy, 10 users, linear, MLP and CNN",
 		What:       "MNIST, 10 IID users, linear/mlp/cnn2, eps 4 and 1 bit per parameter: none, sdq, laplace, laplace+sdq, jopeq-compat (the paper's JoPEQ) and fedpq's eps-LDP jopeq, 5 rounds",
 		QuickTime:  "12 s",
-		FullTime:   "13 min",
+		FullTime:   "1.5 min",
 		run: func(ctx context.Context, o Options) (*Result, error) {
 			return jopeqAccuracy().run(ctx, o, "jopeq-accuracy")
 		},
