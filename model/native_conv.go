@@ -104,7 +104,12 @@ func (l *convOp) forward(w [][]float32, nb, threads int) {
 	kern, patches := l.kern, l.patches
 	kern.Data = w[l.st.w]
 	patches.Col = patches.Col[:nb*l.ho*l.wo]
-	gemmMul(threads, l.z, l.batch*l.ho*l.wo, kern, patches)
+	if l.o < 16 {
+		// Few output channels: read the patches in place (same bits).
+		gemm.MulDirect(threads, l.z, l.batch*l.ho*l.wo, kern, patches)
+	} else {
+		gemmMul(threads, l.z, l.batch*l.ho*l.wo, kern, patches)
+	}
 	l.nb, l.bias = nb, w[l.st.b]
 	split(threads, l.o, nb*l.ho*l.wo, l.fwd)
 }

@@ -161,3 +161,20 @@ func BenchmarkMulDot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMulDirect runs MulDirect (one thread) on the forward
+// convolution cases.
+func BenchmarkMulDirect(b *testing.B) {
+	for _, bc := range benchCases {
+		if bc.b != "im2col" || bc.m > 12 {
+			continue
+		}
+		a, bm, c := benchOperands(bc)
+		b.Run(bc.String(), func(b *testing.B) {
+			for b.Loop() {
+				MulDirect(1, c, bc.n, a, bm)
+			}
+			b.ReportMetric(bc.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

@@ -82,3 +82,45 @@ func TestMulDotNoAllocs(t *testing.T) {
 		t.Errorf("MulDot: %v allocations per call", n)
 	}
 }
+
+// TestMulDirect checks that MulDirect gives Mul's bits on convolution
+// layouts (and falls back elsewhere), for any thread count.
+func TestMulDirect(t *testing.T) {
+	defer func(w int) { parallelMinWork = w }(parallelMinWork)
+	parallelMinWork = 1
+	rng := rand.New(rand.NewSource(5))
+	convs := [][6]int{{3, 1, 28, 28, 5, 5}, {2, 6, 12, 12, 5, 5}, {1, 2, 11, 12, 5, 5}, {2, 2, 9, 40, 3, 3}, {1, 12, 20, 20, 3, 3}}
+	for _, cv := range convs {
+		b := im2col(rng, cv[0], cv[1], cv[2], cv[3], cv[4], cv[5])
+		k, n := b.Rows(), b.Cols()
+		for _, m := range []int{1, 6, 7, 13} {
+			for _, l := range []layout{dense, gather} {
+				a := randMat(rng, m, k, l)
+				ldc := n + 5
+				c0 := randData(rng, (m-1)*ldc+n)
+				want := append([]float32(nil), c0...)
+				Mul(want, ldc, a, b, 1, 0)
+				for _, threads := range []int{1, 2, 3} {
+					c := append([]float32(nil), c0...)
+					MulDirect(threads, c, ldc, a, b)
+					for i := range c {
+						if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("conv %v m %d %v, %d threads: C[%d] = %g, Mul gives %g", cv, m, l, threads, i, c[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMulDirectNoAllocs: MulDirect allocates nothing on one thread.
+func TestMulDirectNoAllocs(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	b := im2col(rng, 2, 1, 28, 28, 5, 5)
+	a := randMat(rng, 6, b.Rows(), dense)
+	c := make([]float32, 6*b.Cols())
+	if n := testing.AllocsPerRun(5, func() { MulDirect(1, c, b.Cols(), a, b) }); n != 0 {
+		t.Errorf("MulDirect: %v allocations per call", n)
+	}
+}

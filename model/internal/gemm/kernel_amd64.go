@@ -144,3 +144,17 @@ func dotPairs(a, b []float32, sa int, bo *[4]int, pairs []int, single *[3]int, a
 	}
 	dotPairsAVX512(&a[0], &b[0], sa, &bo[0], &p[0], len(pairs)/4, &acc[0], &single[0])
 }
+
+// convPairsAVX512 is convPairs in AVX-512.
+//
+//go:noescape
+func convPairsAVX512(a *float32, sa int, in *float32, offs *int, k int, bo *int, c *float32, ldc int, co *int)
+
+// haveConv says convPairs runs.
+var haveConv = hasAVX512
+
+// convPairs computes a 6x64 tile (see convPairsAVX512). Offsets are
+// checked by the caller.
+func convPairs(a []float32, sa int, in []float32, offs []int, bo *[8]int, c []float32, ldc int, co *[8]int) {
+	convPairsAVX512(&a[0], sa, &in[0], &offs[0], len(offs), &bo[0], &c[0], ldc, &co[0])
+}

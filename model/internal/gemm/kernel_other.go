@@ -31,3 +31,11 @@ func dotTile(a, b []float32, sa int, bo *[4]int, runs []int, acc *[24 * 16]float
 func dotPairs(a, b []float32, sa int, bo *[4]int, pairs []int, single *[3]int, acc *[24 * 16]float32) {
 	panic("gemm: no dot tile")
 }
+
+// haveConv says convPairs runs: not in this build.
+var haveConv = false
+
+// convPairs is the AVX-512 direct tile, absent here.
+func convPairs(a []float32, sa int, in []float32, offs []int, bo *[8]int, c []float32, ldc int, co *[8]int) {
+	panic("gemm: no direct tile")
+}
