@@ -1,18 +1,19 @@
-// Package model is fedpq's model zoo and local trainer, built on GoMLX's
-// pure-Go backend.
+// Package model is fedpq's model zoo and local trainer.
 //
-// Nothing outside this package sees GoMLX: a model's parameters cross the
-// package boundary as one flat []float32 per tensor, in the fixed order of
-// Model.Tensors, which is what the mechanisms quantize and the round engine
-// averages. A Trainer compiles its graphs once and swaps weights per client,
-// because building and compiling a graph costs far more than a client's
-// local training on the Go backend.
+// Nothing outside this package sees how a step is computed: a model's
+// parameters cross the package boundary as one flat []float32 per tensor,
+// in the fixed order of Model.Tensors, which is what the mechanisms
+// quantize and the round engine averages.
 //
-// Convolutions are lowered to im2col + matrix multiplication inside the
-// graph (see convForward), and the backward pass is written out by hand
-// (see backward), because the Go backend's native convolution is a generic
-// direct loop and its data movement (transposes, slices, pads) is slow;
-// docs/models.md explains the choices and gives the measured step times.
+// A Trainer computes on one of two engines with the same semantics
+// (PyTorch's): Native, the default, runs fedpq's own kernels, every matrix
+// product one call of model/internal/gemm (AVX-512/AVX2 assembly over
+// offset-table views, so im2col and transposes copy nothing) and every other
+// pass one fused loop; GoMLX runs hand-differentiated GoMLX graphs on its
+// pure-Go backend, the reference the native engine is tested against and
+// the path to XLA. Both keep what they prepare per batch size and swap
+// weights per client. docs/models.md gives the layouts, the golden tests
+// against PyTorch and the measured step times.
 package model
 
 import (
