@@ -136,6 +136,6 @@ func listExperiments(w io.Writer) error {
 	for _, e := range reproduce.List() {
 		fmt.Fprintf(w, "%s: %s\n", e.Name, e.What)
 	}
-	fmt.Fprint(w, "\nWall times are measured on this project's 2-core machine; the training\nexperiments' full times ran two at a time, about twice their time alone.\ndocs/reproduction.md has the full tables and what each leaves out.\n")
+	fmt.Fprint(w, "\nWall times are measured on this project's 2-core machine; the training\nexperiments' full times ran one after another beside other work.\ndocs/reproduction.md has the full tables and what each leaves out.\n")
 	return nil
 }
