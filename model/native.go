@@ -3,7 +3,6 @@ package model
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 )
@@ -127,9 +126,7 @@ func (e *nativeEngine) evaluate(weights [][]float32, x []float32, y []int32, idx
 // step number s (from 0) of the Train call.
 func (e *nativeEngine) step(s int) {
 	if e.opt.Name == "adam" {
-		// PyTorch's bias corrections, computed in float64 as the GoMLX engine does.
-		e.cur.lrt = float32(e.opt.LR / (1 - math.Pow(adamBeta1, float64(s+1))))
-		e.cur.bc2 = float32(math.Sqrt(1 - math.Pow(adamBeta2, float64(s+1))))
+		e.cur.lrt, e.cur.bc2 = e.opt.adamScalars(s)
 	}
 	for i, up := range e.updates {
 		split(e.threads, len(e.grads[i]), 1, up)

@@ -48,6 +48,15 @@ func (o Optimizer) validate() error {
 	return nil
 }
 
+// adamScalars are Adam's step-dependent scalars for step s (from 0) of a
+// Train call: the bias-corrected step size lr/(1-beta1^t) and
+// sqrt(1-beta2^t), t = s+1, PyTorch's bias corrections, computed in
+// float64 so that both engines use the same float32 values.
+func (o Optimizer) adamScalars(s int) (lrt, bc2 float32) {
+	t := float64(s + 1)
+	return float32(o.LR / (1 - math.Pow(adamBeta1, t))), float32(math.Sqrt(1 - math.Pow(adamBeta2, t)))
+}
+
 // slots is the number of optimizer state tensors per parameter tensor.
 func (o Optimizer) slots() int {
 	switch {
@@ -626,9 +635,7 @@ func (t *gomlxEngine) train(ctx context.Context, weights [][]float32, x []float3
 		}
 		copy(p.in, live)
 		if adam {
-			// PyTorch's bias corrections, computed in float64 here.
-			lrt := float32(t.opt.LR / (1 - math.Pow(adamBeta1, float64(step+1))))
-			bc2 := float32(math.Sqrt(1 - math.Pow(adamBeta2, float64(step+1))))
+			lrt, bc2 := t.opt.adamScalars(step)
 			finalize(scalars)
 			scalars = scalars[:0]
 			for _, v := range []float32{lrt, bc2} {
