@@ -105,12 +105,43 @@ func TestBadConfigs(t *testing.T) {
 		func(c *Config) { c.Dataset = "imagenet" },
 		func(c *Config) { c.Dataset = "mnist"; c.Partition = "natural"; c.DataDir = "../../shared/datasets" },
 		func(c *Config) { c.Epsilon = -1 },
+		func(c *Config) { c.Engine = "xla" },
 	} {
 		c := quick(t)
 		f(&c)
 		if _, err := Run(context.Background(), c, nil); err == nil {
 			t.Errorf("case %d accepted", i)
 		}
+	}
+}
+
+// TestEngines: the engine key reaches the trainer. The quick start on the
+// GoMLX engine ends within a point of the native engine's accuracy (they
+// differ only in float32 rounding) and records its engine in config.yaml.
+func TestEngines(t *testing.T) {
+	acc := map[string]float64{}
+	for _, e := range []string{"native", "gomlx"} {
+		c := quick(t)
+		c.Engine = e
+		su, err := NewSetup(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr, err := su.Trainer(); err != nil || string(tr.Engine()) != e {
+			t.Errorf("engine %s: the setup's trainer is %v (%v)", e, tr.Engine(), err)
+		}
+		s, err := Run(context.Background(), c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acc[e] = s.FinalAccuracy
+		back := Default()
+		if err := Load(filepath.Join(c.Out, "config.yaml"), &back); err != nil || back.Engine != e {
+			t.Errorf("%s: config.yaml has engine %q (%v)", e, back.Engine, err)
+		}
+	}
+	if math.Abs(acc["native"]-acc["gomlx"]) > 0.01 {
+		t.Errorf("final accuracy native %v, gomlx %v: more than a point apart", acc["native"], acc["gomlx"])
 	}
 }
 
