@@ -127,8 +127,12 @@ func TestEngines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tr, err := su.Trainer(); err != nil || string(tr.Engine()) != e {
-			t.Errorf("engine %s: the setup's trainer is %v (%v)", e, tr.Engine(), err)
+		tr, err := su.Trainer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(tr.Engine()) != e {
+			t.Errorf("engine %s: the setup's trainer is %v", e, tr.Engine())
 		}
 		s, err := Run(context.Background(), c, nil)
 		if err != nil {
