@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"github.com/fedpq/fedpq/privacy"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 )
@@ -54,7 +55,11 @@ type Round struct {
 	// rounds, by observer (docs/privacy.md); nil when the mechanism is not LDP.
 	Privacy  *privacy.Ledger `json:"privacy,omitempty"`
 	Restored bool            `json:"restored,omitempty"` // the global model was reloaded from the best checkpoint (patience)
-	Seconds  float64         `json:"seconds"`            // wall time since the run started
+	// Discarded says why the round's aggregate was not applied (it, or the
+	// model it would have made, was not finite): the model is the one the
+	// round began with. Empty when the aggregate was applied.
+	Discarded string  `json:"discarded,omitempty"`
+	Seconds   float64 `json:"seconds"` // wall time since the run started
 }
 
 // Summary is summary.json: the outcome of a finished run, what a table of
@@ -109,8 +114,9 @@ func Create(dir string) (*Writer, error) {
 func (w *Writer) Dir() string { return w.dir }
 
 // Round appends r to metrics.jsonl. Round numbers must increase, so that a
-// curve read back is a function of the round; NaN or infinite values are
-// refused because JSON cannot carry them.
+// curve read back is a function of the round. NaN or infinite values are
+// written as null (JSON cannot carry them): a diverged model is recorded,
+// and does not stop the run.
 func (w *Writer) Round(r Round) error {
 	if w.closed {
 		return errors.New("report: Round after Close")
@@ -193,10 +199,12 @@ func (r *Run) Name() string {
 	return filepath.Base(filepath.Clean(r.Dir))
 }
 
-// accuracy returns the evaluation rounds' (round, accuracy) pairs.
+// accuracy returns the evaluation rounds' (round, accuracy) pairs, but for
+// accuracies that are not finite numbers (null in metrics.jsonl), which
+// have no place on a plot.
 func (r *Run) accuracy() (pts [][2]float64) {
 	for _, rd := range r.Rounds {
-		if rd.Accuracy != nil {
+		if a := rd.Accuracy; a != nil && !math.IsNaN(*a) && !math.IsInf(*a, 0) {
 			pts = append(pts, [2]float64{float64(rd.Round), *rd.Accuracy})
 		}
 	}

@@ -139,9 +139,6 @@ func TestWriterRefusesBadRounds(t *testing.T) {
 	if err := w.Round(Round{Round: 3}); err == nil || !strings.Contains(err.Error(), "must increase") {
 		t.Errorf("repeated round: %v", err)
 	}
-	if err := w.Round(Round{Round: 4, Accuracy: ptr(math.NaN())}); err == nil || !strings.Contains(err.Error(), "round 4") {
-		t.Errorf("NaN accuracy: %v", err)
-	}
 	if err := w.Round(Round{Round: 4, Accuracy: ptr(0.5)}); err != nil {
 		t.Errorf("a good round after refused ones: %v", err)
 	}
@@ -226,5 +223,76 @@ func TestReadRunInProgress(t *testing.T) {
 	}
 	if run.Summary != nil || len(run.Rounds) != 1 || *run.Rounds[0].Accuracy != 0.25 || run.Name() != filepath.Base(dir) {
 		t.Errorf("%+v", run)
+	}
+}
+
+// TestNonFiniteAsNull: NaN and infinite metrics, which JSON cannot carry,
+// are written as null and read back as NaN; the plot and the table leave
+// them out, and a summary with them is written too.
+func TestNonFiniteAsNull(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := []Round{
+		{Round: 1, Accuracy: ptr(0.5), Loss: ptr(1), TrainLoss: 2, Seconds: 1},
+		{Round: 2, Accuracy: ptr(math.NaN()), Loss: ptr(math.Inf(1)), TrainLoss: math.NaN(), EpsilonSpent: math.Inf(1), Seconds: 2, Discarded: "not finite"},
+		{Round: 3, TrainLoss: math.Inf(-1), Seconds: 3},
+		{Round: 4, Accuracy: ptr(0.25), Loss: ptr(math.NaN()), TrainLoss: 1, Seconds: 4},
+	}
+	for _, r := range rs {
+		if err := w.Round(r); err != nil {
+			t.Fatalf("round %d: %v", r.Round, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for _, want := range []string{`"accuracy":null`, `"loss":null`, `"train_loss":null`, `"epsilon_spent":null`, `"discarded":"not finite"`} {
+		if !strings.Contains(lines[1], want) {
+			t.Errorf("round 2 %s lacks %s", lines[1], want)
+		}
+	}
+	if strings.Contains(lines[2], "accuracy") || strings.Contains(lines[2], `"loss"`) {
+		t.Errorf("round 3 was not evaluated, yet %s", lines[2])
+	}
+	s := Summary{Name: "diverged", Rounds: 4, FinalAccuracy: math.NaN(), BestAccuracy: 0.5, BestRound: 1, Seconds: math.Inf(1)}
+	if err := w.Close(s); err != nil {
+		t.Fatal(err)
+	}
+	run, err := ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Rounds) != 4 {
+		t.Fatalf("read back %d rounds", len(run.Rounds))
+	}
+	same := func(a, b float64) bool {
+		return a == b || math.IsNaN(a) && math.IsNaN(b) || math.IsInf(a, 0) && math.IsNaN(b)
+	}
+	for i, got := range run.Rounds {
+		want := rs[i]
+		if !same(want.TrainLoss, got.TrainLoss) || !same(want.EpsilonSpent, got.EpsilonSpent) || got.Seconds != want.Seconds || got.Discarded != want.Discarded {
+			t.Errorf("round %d read back as %+v, want %+v", want.Round, got, want)
+		}
+		for _, f := range [][2]*float64{{want.Accuracy, got.Accuracy}, {want.Loss, got.Loss}} {
+			if (f[0] == nil) != (f[1] == nil) || f[0] != nil && !same(*f[0], *f[1]) {
+				t.Errorf("round %d: accuracy or loss %v read back as %v", want.Round, f[0], f[1])
+			}
+		}
+	}
+	if got := run.Summary; got == nil || !math.IsNaN(got.FinalAccuracy) || !math.IsNaN(got.Seconds) || got.BestAccuracy != 0.5 {
+		t.Errorf("summary read back as %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, PlotPNGFile)); err != nil {
+		t.Errorf("no plot of the finite accuracies: %v", err)
+	}
+	run.Summary = nil // a run in progress: the table reads its rounds
+	tab := Table([]*Run{run})
+	if !strings.Contains(tab, "| 0.2500 | 0.5000 (round 1) |") {
+		t.Errorf("table of a run with a NaN accuracy:\n%s", tab)
 	}
 }

@@ -10,9 +10,10 @@ import (
 // round of the best), uplink bits per parameter, eps spent and seconds.
 //
 // A run without summary.json (in progress, or crashed) is still shown, with
-// what its rounds say: rounds recorded, the last and the best accuracy, the
-// mean bits per parameter, the eps spent by its last round; its name is
-// marked "(unfinished)" and the columns only the summary knows are "-".
+// what its rounds say: rounds recorded, the last and the best finite
+// accuracy, the mean bits per parameter, the eps spent by its last round;
+// its name is marked "(unfinished)" and the columns only the summary knows
+// are "-".
 // An eps of 0 means no privacy and is shown as "-".
 func Table(runs []*Run) string {
 	var b strings.Builder
@@ -51,15 +52,13 @@ func (r *Run) summary() (Summary, bool) {
 		return s, false
 	}
 	var bits float64
-	evaluated := false
 	for _, rd := range r.Rounds {
 		bits += rd.UplinkBitsPerParam
-		if rd.Accuracy != nil {
-			s.FinalAccuracy = *rd.Accuracy
-			if !evaluated || *rd.Accuracy > s.BestAccuracy {
-				s.BestAccuracy, s.BestRound = *rd.Accuracy, rd.Round
-			}
-			evaluated = true
+	}
+	for i, pt := range r.accuracy() {
+		s.FinalAccuracy = pt[1]
+		if i == 0 || pt[1] > s.BestAccuracy {
+			s.BestAccuracy, s.BestRound = pt[1], int(pt[0])
 		}
 	}
 	last := r.Rounds[len(r.Rounds)-1]
