@@ -2,6 +2,7 @@ package fl
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/privacy"
@@ -22,6 +23,12 @@ type Plan struct {
 	got     []bool // positions whose upload was added
 	loss    float64
 }
+
+// MaxLoss is the largest training loss an upload may report: the trainer
+// computes in float32, so an honest client's loss is at most float32's
+// largest value (a diverged one is Inf or NaN, refused too). The round's
+// mean of such losses stays finite.
+const MaxLoss = math.MaxFloat32
 
 // Upload is one client's message for a round: a payload per tensor, with
 // the number of examples it trained on (FedAvg's weight) and its training
@@ -68,8 +75,9 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 
 // Add decodes the upload of the client at position pos into the round's
 // aggregate. An upload that is refused (a second one from the same client,
-// a wrong size, a value no honest client sends) leaves the aggregate as it
-// was: the round goes on without it.
+// a wrong size, a value no honest client sends, a training loss that is not
+// a number in [0, MaxLoss]) leaves the aggregate as it was: the round goes
+// on without it.
 func (p *Plan) Add(pos int, u Upload) error {
 	switch {
 	case pos < 0 || pos >= len(p.got):
@@ -78,6 +86,8 @@ func (p *Plan) Add(pos int, u Upload) error {
 		return fmt.Errorf("a second upload from client %d in round %d", p.Clients[pos], p.T)
 	case u.Examples < 1:
 		return fmt.Errorf("upload trained on %d examples", u.Examples)
+	case !(u.Loss >= 0 && u.Loss <= MaxLoss): // NaN too
+		return fmt.Errorf("training loss %v is not in [0, %g]", u.Loss, MaxLoss)
 	}
 	if err := p.agg.add(u, p.Round.ServerSlot(pos)); err != nil {
 		return err
@@ -92,6 +102,9 @@ func (p *Plan) Received() int { return p.agg.count() }
 
 // End finishes the round: the global update from the uploads received (the
 // mean divides by their number), the privacy ledger, and the evaluation.
+// An aggregate that is not finite, or that would make the float32 model
+// not finite, is not applied: the round is discarded, with the reason in
+// the report's Discarded, the model stays as it was, and the run goes on.
 func (e *Engine) End(p *Plan) (report.Round, error) {
 	received := p.agg.count()
 	r := report.Round{Round: p.T, Clients: received, Dropped: len(p.Clients) - received}
@@ -100,11 +113,16 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		if err != nil {
 			return r, err
 		}
-		e.update(est)
+		if err := e.update(est); err != nil {
+			r.Discarded = err.Error()
+		}
 		r.TrainLoss = p.loss / float64(received)
 		r.UplinkBits = int64(received) * int64(e.bits())
 		r.UplinkBitsPerParam = float64(e.bits()) / float64(e.params)
 	}
+	// A discarded round's clients are charged all the same: their
+	// messages were sent, and whoever saw them (the server, an
+	// eavesdropper) learnt what they reveal.
 	for pos, ok := range p.got {
 		if ok {
 			e.joined[p.Clients[pos]]++

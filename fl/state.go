@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -33,13 +34,23 @@ func (e *Engine) State() State {
 	}
 }
 
-// Restore puts the engine in state s, checked against the model and clients.
+// Restore puts the engine in state s, checked against the model and
+// clients: a checkpoint is a file anyone with access may have altered, and
+// one that is not finite, or does not fit, is refused rather than trained on.
 func (e *Engine) Restore(s State) error {
 	if s.Round < 0 || s.Round > e.cfg.Rounds {
 		return fmt.Errorf("fl: checkpoint after round %d of a %d-round run", s.Round, e.cfg.Rounds)
 	}
 	if len(s.Joined) != len(e.joined) {
 		return fmt.Errorf("fl: checkpoint has %d clients, the run %d", len(s.Joined), len(e.joined))
+	}
+	for k, n := range s.Joined {
+		if n < 0 || n > s.Round {
+			return fmt.Errorf("fl: checkpoint has client %d in %d of %d rounds", k, n, s.Round)
+		}
+	}
+	if s.Since < 0 {
+		return fmt.Errorf("fl: checkpoint has %d evaluations since the best", s.Since)
 	}
 	if err := e.checkShapes(s.Global); err != nil {
 		return err
@@ -52,11 +63,43 @@ func (e *Engine) Restore(s State) error {
 			return err
 		}
 	}
+	if err := s.finite(); err != nil {
+		return err
+	}
 	e.done, e.global, e.prevUpd, e.best = s.Round, s.Global, s.PrevUpd, s.Best
 	e.bestAcc, e.since, e.joined, e.before = s.BestAcc, s.Since, s.Joined, time.Duration(s.Seconds*float64(time.Second))
 	e.start = time.Now()
 	return nil
 }
+
+// finite reports a State that is not finite: a model, update or best model
+// with a NaN or Inf, a best accuracy without a best model (or the reverse),
+// or a wall time that is not a duration.
+func (s State) finite() error {
+	for _, m := range []struct {
+		name string
+		w    [][]float32
+	}{{"model", s.Global}, {"last update", s.PrevUpd}, {"best model", s.Best}} {
+		for i, t := range m.w {
+			for j, v := range t {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					return fmt.Errorf("fl: checkpoint's %s has %v in tensor %d at %d", m.name, v, i, j)
+				}
+			}
+		}
+	}
+	if none := math.IsInf(s.BestAcc, -1); none != (s.Best == nil) || math.IsNaN(s.BestAcc) || math.IsInf(s.BestAcc, 1) {
+		return fmt.Errorf("fl: checkpoint's best accuracy %v does not go with its best model (%d tensors)", s.BestAcc, len(s.Best))
+	}
+	if !(s.Seconds >= 0) || s.Seconds > maxSeconds {
+		return fmt.Errorf("fl: checkpoint's wall time %v s", s.Seconds)
+	}
+	return nil
+}
+
+// maxSeconds is the longest wall time a State can carry: a time.Duration's
+// range, about 292 years.
+const maxSeconds = math.MaxInt64 / float64(time.Second)
 
 // checkShapes reports weights that do not fit the model.
 func (e *Engine) checkShapes(w [][]float32) error {
@@ -86,8 +129,13 @@ func Hash(w [][]float32) [32]byte {
 }
 
 // SaveState writes s to path, atomically: a crash leaves the old file or
-// the new one, never half of one.
+// the new one, never half of one. It refuses a State that is not finite,
+// which Restore would refuse: a run is never checkpointed in a state it
+// cannot resume from.
 func SaveState(path string, s State) error {
+	if err := s.finite(); err != nil {
+		return err
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".checkpoint-*")
 	if err != nil {
 		return err
@@ -103,16 +151,23 @@ func SaveState(path string, s State) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// LoadState reads a State written by SaveState.
+// LoadState reads a State written by SaveState. Engine.Restore checks it.
 func LoadState(path string) (State, error) {
-	var s State
 	f, err := os.Open(path)
 	if err != nil {
-		return s, err
+		return State{}, err
 	}
 	defer f.Close()
-	if err := gob.NewDecoder(f).Decode(&s); err != nil {
+	s, err := readState(f)
+	if err != nil {
 		return s, fmt.Errorf("fl: checkpoint %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// readState decodes a State as SaveState encodes it.
+func readState(r io.Reader) (State, error) {
+	var s State
+	err := gob.NewDecoder(r).Decode(&s)
+	return s, err
 }

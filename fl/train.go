@@ -361,16 +361,29 @@ func (e *Engine) bits() int {
 	return b
 }
 
-// update applies the round's estimate to the global model.
-func (e *Engine) update(est [][]float64) {
-	lambda := e.cfg.GlobalLR
+// update applies the round's estimate to the global model, unless the
+// estimate, or the model or update it makes once written as float32, is
+// not finite (a float64 that fits can still overflow a float32): then it
+// returns why and leaves the model, and the last update, as they were. So
+// the global model is always finite, whatever the clients sent.
+func (e *Engine) update(est [][]float64) error {
 	for i, g := range e.global {
 		for j := range g {
-			if e.cfg.Perturb == "weights" {
-				g[j] = float32((1-lambda)*float64(g[j]) + lambda*est[i][j])
-			} else {
-				g[j] = float32(float64(g[j]) + lambda*est[i][j])
+			x := est[i][j]
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the estimate is %v", e.specs[i].Name, j, x)
 			}
+			if v := e.updated(g[j], x); math.IsInf(float64(v), 0) {
+				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the model would be %v (the estimate %g overflows float32)", e.specs[i].Name, j, v, x)
+			}
+			if e.cfg.Perturb == "updates" && math.IsInf(float64(float32(x)), 0) {
+				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the update is %g, beyond float32", e.specs[i].Name, j, x)
+			}
+		}
+	}
+	for i, g := range e.global {
+		for j := range g {
+			g[j] = e.updated(g[j], est[i][j])
 		}
 	}
 	if e.cfg.Perturb == "updates" {
@@ -382,6 +395,18 @@ func (e *Engine) update(est [][]float64) {
 			}
 		}
 	}
+	return nil
+}
+
+// updated is a global weight g after the estimate x: the mix of the two
+// (weights) or g plus the scaled update (updates), by the global learning
+// rate. For finite g and x it is never NaN, at worst infinite.
+func (e *Engine) updated(g float32, x float64) float32 {
+	lambda := e.cfg.GlobalLR
+	if e.cfg.Perturb == "weights" {
+		return float32((1-lambda)*float64(g) + lambda*x)
+	}
+	return float32(float64(g) + lambda*x)
 }
 
 // evaluate scores the global model on the test set and applies patience,
@@ -408,7 +433,8 @@ func (e *Engine) evaluate(r *report.Round) error {
 		return nil
 	}
 	e.since++
-	if e.cfg.Patience > 0 && e.since >= e.cfg.Patience {
+	// A NaN accuracy beats nothing, so there may be no best to reload yet.
+	if e.cfg.Patience > 0 && e.since >= e.cfg.Patience && e.best != nil {
 		e.global = clone(e.best)
 		e.since = 0
 		r.Restored = true
