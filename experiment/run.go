@@ -171,7 +171,9 @@ func NewRecorder(c Config, eng *fl.Engine, resume bool) (*Recorder, error) {
 	return rec, nil
 }
 
-// Round records round r and checkpoints the engine after it.
+// Round records round r and checkpoints the engine after it. A round whose
+// aggregate the engine discarded is recorded all the same, with its reason
+// (r.Discarded), and the checkpoint holds the model it began with.
 func (rec *Recorder) Round(r report.Round) error {
 	if err := rec.add(r); err != nil {
 		return err
