@@ -224,12 +224,12 @@ func TestRestoreRefusesNonFinite(t *testing.T) {
 		return s
 	}
 	for name, f := range map[string]func(*State){
-		"-Inf in the model":       func(s *State) { s.Global[0][1] = float32(math.Inf(-1)) },
-		"NaN in the last update":  func(s *State) { s.PrevUpd[0][0] = float32(math.NaN()) },
-		"+Inf in the best model":  func(s *State) { s.Best[0][2] = float32(math.Inf(1)) },
-		"NaN best accuracy":       func(s *State) { s.BestAcc = math.NaN() },
-		"best accuracy, no model": func(s *State) { s.Best = nil },
-		"NaN wall time":           func(s *State) { s.Seconds = math.NaN() },
+		"-Inf in the model":      func(s *State) { s.Global[0][1] = float32(math.Inf(-1)) },
+		"NaN in the last update": func(s *State) { s.PrevUpd[0][0] = float32(math.NaN()) },
+		"+Inf in the best model": func(s *State) { s.Best[0][2] = float32(math.Inf(1)) },
+		"NaN best accuracy":      func(s *State) { s.BestAcc = math.NaN() },
+		"+Inf best accuracy":     func(s *State) { s.BestAcc = math.Inf(1) },
+		"NaN wall time":          func(s *State) { s.Seconds = math.NaN() },
 	} {
 		bad := deep(good)
 		f(&bad)

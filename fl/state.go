@@ -73,8 +73,8 @@ func (e *Engine) Restore(s State) error {
 }
 
 // finite reports a State that is not finite: a model, update or best model
-// with a NaN or Inf, a best accuracy without a best model (or the reverse),
-// or a wall time that is not a duration.
+// with a NaN or Inf, a best accuracy that is NaN or +Inf (nothing could beat
+// it), or a wall time that is not a duration.
 func (s State) finite() error {
 	for _, m := range []struct {
 		name string
@@ -88,8 +88,8 @@ func (s State) finite() error {
 			}
 		}
 	}
-	if none := math.IsInf(s.BestAcc, -1); none != (s.Best == nil) || math.IsNaN(s.BestAcc) || math.IsInf(s.BestAcc, 1) {
-		return fmt.Errorf("fl: checkpoint's best accuracy %v does not go with its best model (%d tensors)", s.BestAcc, len(s.Best))
+	if math.IsNaN(s.BestAcc) || math.IsInf(s.BestAcc, 1) { // -Inf: no evaluation yet
+		return fmt.Errorf("fl: checkpoint's best accuracy is %v", s.BestAcc)
 	}
 	if !(s.Seconds >= 0) || s.Seconds > maxSeconds {
 		return fmt.Errorf("fl: checkpoint's wall time %v s", s.Seconds)

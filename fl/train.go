@@ -433,7 +433,8 @@ func (e *Engine) evaluate(r *report.Round) error {
 		return nil
 	}
 	e.since++
-	// A NaN accuracy beats nothing, so there may be no best to reload yet.
+	// There may be no best to reload: a NaN accuracy beats nothing, and a
+	// restored State may carry a best accuracy without its model.
 	if e.cfg.Patience > 0 && e.since >= e.cfg.Patience && e.best != nil {
 		e.global = clone(e.best)
 		e.since = 0
