@@ -23,13 +23,24 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			// Above jopeqMaxEps the noise would underflow; the noise of
+			// jopeqMaxEps is eps-LDP for every larger eps.
+			eps := min(c.Epsilon, jopeqMaxEps)
 			if dim == 1 {
-				return newJopeqScalar(c.Epsilon, rate)
+				return newJopeqScalar(eps, rate)
 			}
-			return newJopeqHex(c.Epsilon, rate)
+			return newJopeqHex(eps, rate)
 		},
 	})
 }
+
+// jopeqMaxEps caps the eps jopeq calibrates its noise to. Its laws need
+// q = exp(-1/Scale) as a normal float64: at Rate 1, q = (2/(1+e^eps))^2
+// underflows near eps 355, and with Scale = D/eps near eps 745 D. At the
+// cap the noise is nonzero with probability below e^-150 and Epsilon() is
+// at most 300 <= eps, so a larger eps gets this mechanism: SDQ up to that
+// probability, and eps-LDP a fortiori.
+const jopeqMaxEps = 300
 
 // indexNoise is the integer noise jopeq adds to lattice indices: a sample
 // g*K of noise.DiscreteLaplace (K a two-sided geometric integer, g a power
@@ -181,6 +192,9 @@ func newJopeqScalar(eps float64, rate int) (*jopeqScalar, error) {
 		if v *= m.cell.Step * m.cell.Step; v < bestVar {
 			best, bestVar = m, v
 		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("mech: jopeq: epsilon %v, rate %d: no lattice span has a finite variance", eps, rate)
 	}
 	return best, nil
 }
@@ -363,6 +377,9 @@ func newJopeqHex(eps float64, rate int) (*jopeqHex, error) {
 			best, bestCost = m, cost
 		}
 	}
+	if best == nil {
+		return nil, fmt.Errorf("mech: jopeq: epsilon %v, rate %d: no hexagonal design has a finite cost", eps, rate)
+	}
 	return best, nil
 }
 
@@ -429,7 +446,8 @@ func (m *jopeqHex) Coupling() Coupling { return Dithered }
 func (m *jopeqHex) Alone() float64     { return 0 }
 func (m *jopeqHex) Bits(n int) int     { return 8 * wire.PackedLen(latticeFields(n, 2), 2*m.rate) }
 
-// Epsilon is the exact per-parameter privacy loss, H/(2 Scale) <= eps.
+// Epsilon is the exact per-parameter privacy loss, H/Scale <= eps: the
+// pair's, which bounds each of its parameters' (see jopeqHex).
 func (m *jopeqHex) Epsilon() float64 { return m.noise.epsilon(m.sens) }
 
 // point returns the projected noisy point for SDQ's point (i, j).

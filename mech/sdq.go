@@ -177,8 +177,13 @@ func (m *sdq) decode(f uint32, d *wordReader) (float64, float64) {
 // parameter, or one per pair.
 func latticeFields(n, dim int) int { return (n + dim - 1) / dim }
 
-// normalize clips v to the range and maps it to [-1, 1].
-func normalize(v float32, rg Range) float64 { return (rg.Clip(float64(v)) - rg.Center) / rg.Radius }
+// normalize clips v to the range and maps it to [-1, 1]. The clamp acts
+// when the radius is below an ulp of the center: c ± r then rounds to a
+// neighbour of c, more than r away, and an unclamped u outside [-1, 1]
+// would reach lattice points the privacy analysis does not cover.
+func normalize(v float32, rg Range) float64 {
+	return min(max((rg.Clip(float64(v))-rg.Center)/rg.Radius, -1), 1)
+}
 
 // checkDithered is the common validation of a Dithered Encode.
 func checkDithered(w []float32, rg Range, s Slot) error {
