@@ -300,3 +300,13 @@ func (m oneBit) Variance(w float64, rg Range) float64 {
 	}
 	return b.variance(w)
 }
+
+// Support is out = r 2^64/(hi - lo), about r (e^eps+1)/(e^eps-1): the
+// decoder outputs c ± out and nothing else.
+func (m oneBit) Support(rg Range) (float64, error) {
+	b, err := newBinq(m.eps, rg)
+	if err != nil {
+		return 0, err
+	}
+	return b.out, nil
+}

@@ -121,3 +121,47 @@ func TestOneBitOverflow(t *testing.T) {
 		}
 	}
 }
+
+// TestJoPEQHexExcess compares excess, E[(S - room)+] through the
+// complement, with the direct sum over the law of S (up to its 1e-18
+// tail) that it replaced, at scales where the direct sum is cheap: equal
+// to 1e-9 absolute.
+func TestJoPEQHexExcess(t *testing.T) {
+	for _, scale := range []float64{0.05, 0.7, 3, 20} {
+		z, err := newIndexNoise(scale)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &jopeqHex{noise: z}
+		top := int64(2)
+		for z.tail(top) > 1e-18 {
+			top++
+		}
+		one := make([]float64, top+1)
+		one[0] = z.prob(0)
+		for a := int64(1); a <= top; a++ {
+			one[a] = 2 * z.prob(a)
+		}
+		law := []float64{1}
+		for range 3 {
+			next := make([]float64, len(law)+len(one)-1)
+			for i, a := range law {
+				for j, b := range one {
+					next[i+j] += a * b
+				}
+			}
+			law = next
+		}
+		for _, room := range []int64{-2, 0, 1, 3, 10, 40} {
+			want := 0.0
+			for s, pr := range law {
+				if ex := int64(s) - room; ex > 0 {
+					want += float64(ex) * pr
+				}
+			}
+			if got := m.excess(room); math.Abs(got-want) > 1e-9 {
+				t.Errorf("scale %v room %d: excess %v, direct sum %v", scale, room, got, want)
+			}
+		}
+	}
+}

@@ -2,6 +2,7 @@ package mech
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/mech/lattice"
@@ -276,4 +277,31 @@ func (s *latticeSum) Add(payload []byte, sl Slot) error {
 	}
 	s.count++
 	return nil
+}
+
+// hexReach is the largest coordinate, in absolute value, of a point of
+// code minus a dither: the points' largest coordinate plus the hexagonal
+// cell's circumradius Step/sqrt3.
+func hexReach(code *lattice.HexCode, hex lattice.Hex) float64 {
+	h := 0.0
+	code.Rows(func(j, lo, hi int64) {
+		for _, i := range []int64{lo, hi} {
+			x, y := hex.Point(i, j)
+			h = max(h, math.Abs(x), math.Abs(y))
+		}
+	})
+	return h + hex.Step/math.Sqrt(3)
+}
+
+// Support is r times the reach of the decoder in normalized units:
+// 1 + Delta/2 for L = 1 (the points span [-1, 1]), hexReach for L = 2.
+// The codebook is finite, so this bounds every output by construction.
+func (m *sdq) Support(rg Range) (float64, error) {
+	if err := rg.Validate(); err != nil {
+		return 0, err
+	}
+	if m.dim == 1 {
+		return rg.Radius * (1 + m.scalar.Step/2), nil
+	}
+	return rg.Radius * hexReach(m.code, m.hex), nil
 }
