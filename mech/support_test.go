@@ -193,3 +193,27 @@ func TestCompatScaleWithinLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestSupportTable logs, for every mechanism at its defaults (and the
+// hexagonal variants), the support half-width h at r = 0.05, eps 1 and
+// center 0: one client's largest effect on a mean of n clients is h/n.
+// These are the figures of docs/mechanisms.md.
+func TestSupportTable(t *testing.T) {
+	rg := Range{Center: 0, Radius: 0.05}
+	for _, bc := range benchCases() {
+		c := bc.c
+		c.CacheDir = t.TempDir()
+		m, err := New(bc.name, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := m.(Supporter).Support(rg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !(h >= rg.Radius) || math.IsInf(h, 0) {
+			t.Errorf("%v: support %v", bc, h)
+		}
+		t.Logf("| %s | %.4g | %.4g |", bc, h/rg.Radius, h)
+	}
+}
