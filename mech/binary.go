@@ -42,8 +42,16 @@ func newBinq(eps float64, rg Range) (binq, error) {
 	lo := uint64(math.Ceil(x)) + 2
 	hi := -lo // 2^64 - lo
 	scale := 0x1p62 / (2 * rg.Radius)
-	return binq{c: rg.Center, r: rg.Radius, a: scale, b0: (rg.Radius - rg.Center) * scale,
-		lo: lo, hi: hi, span: hi - lo, out: rg.Radius * 0x1p64 / float64(hi-lo)}, nil
+	b := binq{c: rg.Center, r: rg.Radius, a: scale, b0: (rg.Radius - rg.Center) * scale,
+		lo: lo, hi: hi, span: hi - lo, out: rg.Radius * 0x1p64 / float64(hi-lo)}
+	// The outputs c ± out must be finite (a radius near 1e289 made out
+	// Inf and the mean NaN), and so must w*a + b0 for every float32 w, or
+	// the threshold of an input would be NaN (a radius below about 1e-251,
+	// or a center 2^62/(2r) times beyond float64).
+	if math.IsInf(b.c+b.out, 0) || math.IsInf(b.c-b.out, 0) || math.IsInf(b.a*math.MaxFloat32, 0) || math.IsInf(b.b0, 0) {
+		return binq{}, fmt.Errorf("mech: range %v±%v at epsilon %v overflows the one-bit quantizer's arithmetic (outputs c ± %v)", rg.Center, rg.Radius, eps, b.out)
+	}
+	return b, nil
 }
 
 // threshold returns T(w) for a finite w, clipping w to the range:
@@ -291,4 +299,14 @@ func (m oneBit) Variance(w float64, rg Range) float64 {
 		return math.NaN()
 	}
 	return b.variance(w)
+}
+
+// Support is out = r 2^64/(hi - lo), about r (e^eps+1)/(e^eps-1): the
+// decoder outputs c ± out and nothing else.
+func (m oneBit) Support(rg Range) (float64, error) {
+	b, err := newBinq(m.eps, rg)
+	if err != nil {
+		return 0, err
+	}
+	return b.out, nil
 }

@@ -27,7 +27,7 @@ func (clip) Alone() float64     { return 0 }
 func (clip) Bits(n int) int     { return 32 * n }
 
 func (clip) Encode(dst []byte, w []float32, rg Range, _ Slot) ([]byte, error) {
-	if err := rg.Validate(); err != nil {
+	if _, err := (clip{}).Support(rg); err != nil {
 		return dst, err
 	}
 	if err := checkInput(w); err != nil {
@@ -40,7 +40,23 @@ func (clip) Encode(dst []byte, w []float32, rg Range, _ Slot) ([]byte, error) {
 }
 
 func (clip) NewSum(n int, rg Range) (Sum, error) {
-	return newBoundedSum(n, rg, float32(rg.Center-rg.Radius), float32(rg.Center+rg.Radius))
+	if err := rg.Validate(); err != nil {
+		return nil, err
+	}
+	lo, hi, err := floatSupport(rg, rg.Radius, "clip")
+	if err != nil {
+		return nil, err
+	}
+	return newBoundedSum(n, rg, lo, hi)
+}
+
+// Support is the radius: clip sends the clipped values themselves.
+func (clip) Support(rg Range) (float64, error) {
+	if err := rg.Validate(); err != nil {
+		return 0, err
+	}
+	_, _, err := floatSupport(rg, rg.Radius, "clip")
+	return rg.Radius, err
 }
 
 // Variance is 0: the only error is float32 rounding.

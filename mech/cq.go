@@ -82,3 +82,11 @@ func (cq) NewSum(n int, rg Range) (Sum, error) {
 	}
 	return newBitSum(n, rg.Center-rg.Radius, rg.Center+rg.Radius)
 }
+
+// Support is the radius: the decoder outputs c ± r.
+func (cq) Support(rg Range) (float64, error) {
+	if err := rg.Validate(); err != nil {
+		return 0, err
+	}
+	return rg.Radius, nil
+}

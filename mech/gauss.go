@@ -48,7 +48,19 @@ func init() {
 // in float64), and Var = Sigma()^2 + f(1-f)g^2, f the fractional part of
 // x/g (Variance). The float32 rounding adds at most half a float32 ulp of
 // c + y (a relative 2^-24), which neither the mean nor Variance include.
+//
+// Support: the server accepts values within r + g + zGauss*Sigma() of c
+// (Support) and refuses the rest. The rounding moves x at most g beyond
+// [-r, r], and the discrete Gaussian is subgaussian with parameter Sigma()
+// (Canonne, Kamath and Steinke, Cor. 9), so P(|g Z| > z Sigma()) <=
+// 2 exp(-z^2/2); zGauss = sqrt(2 ln(2/1e-12)) = 7.527 makes that 1e-12,
+// the largest probability that an honest value is refused (the continuous
+// Gaussian's tail there is 5.2e-14).
 type gaussian struct{ eps, delta float64 }
+
+// zGauss is the tail cut of the gaussian support, in units of sigma:
+// 2 exp(-zGauss^2/2) = refusalTarget.
+var zGauss = math.Sqrt(2 * math.Log(2/refusalTarget))
 
 // defaultDelta is used when Config.Delta is zero.
 const defaultDelta = 1e-5
@@ -128,10 +140,33 @@ func (m gaussian) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, err
 	if err != nil {
 		return dst, err
 	}
+	if _, _, err := floatSupport(rg, gridSupport(d, zGauss*d.Sigma(), rg), "gaussian"); err != nil {
+		return dst, err
+	}
 	return encodeGrid(dst, w, rg, s, "gaussian", d)
 }
 
-func (m gaussian) NewSum(n int, rg Range) (Sum, error) { return newFloatSum(n, rg) }
+func (m gaussian) NewSum(n int, rg Range) (Sum, error) {
+	d, err := m.noise(rg)
+	if err != nil {
+		return nil, err
+	}
+	lo, hi, err := floatSupport(rg, gridSupport(d, zGauss*d.Sigma(), rg), "gaussian")
+	if err != nil {
+		return nil, err
+	}
+	return newBoundedSum(n, rg, lo, hi)
+}
+
+// Support is r + g + zGauss*Sigma(), with a relative 2^-40 for its
+// rounding: what an honest value exceeds with probability at most 1e-12.
+func (m gaussian) Support(rg Range) (float64, error) {
+	d, err := m.noise(rg)
+	if err != nil {
+		return 0, err
+	}
+	return gridSupport(d, zGauss*d.Sigma(), rg), nil
+}
 
 // Variance is Var[Q(w)] of the exact grid value: Sigma()^2 plus the
 // rounding's f(1-f)g^2 (NaN for a range the mechanism rejects).
@@ -175,6 +210,13 @@ func encodeGrid(dst []byte, w []float32, rg Range, s Slot, name string, nz gridN
 		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(float32(rg.Center+y)))
 	}
 	return out, nil
+}
+
+// gridSupport is the half-width of the values encodeGrid sends when the
+// noise is at most tail: r, plus one grid step for the rounding, plus tail,
+// widened by a relative 2^-40 to cover the float64 rounding of the sum.
+func gridSupport(nz gridNoise, tail float64, rg Range) float64 {
+	return (rg.Radius + nz.Granularity() + tail) * (1 + 0x1p-40)
 }
 
 // gridVariance is nz's variance plus that of the random rounding of

@@ -23,13 +23,24 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			// Above jopeqMaxEps the noise would underflow; the noise of
+			// jopeqMaxEps is eps-LDP for every larger eps.
+			eps := min(c.Epsilon, jopeqMaxEps)
 			if dim == 1 {
-				return newJopeqScalar(c.Epsilon, rate)
+				return newJopeqScalar(eps, rate)
 			}
-			return newJopeqHex(c.Epsilon, rate)
+			return newJopeqHex(eps, rate)
 		},
 	})
 }
+
+// jopeqMaxEps caps the eps jopeq calibrates its noise to. Its laws need
+// q = exp(-1/Scale) as a normal float64: at Rate 1, q = (2/(1+e^eps))^2
+// underflows near eps 355, and with Scale = D/eps near eps 745 D. At the
+// cap the noise is nonzero with probability below e^-150 and Epsilon() is
+// at most 300 <= eps, so a larger eps gets this mechanism: SDQ up to that
+// probability, and eps-LDP a fortiori.
+const jopeqMaxEps = 300
 
 // indexNoise is the integer noise jopeq adds to lattice indices: a sample
 // g*K of noise.DiscreteLaplace (K a two-sided geometric integer, g a power
@@ -51,13 +62,24 @@ type indexNoise struct {
 	q, p, a float64
 }
 
+// The rounding is of the noise alone, so k0 + Z is not a function of
+// k0 + g*K at ties (k0 = 1, g*K = -1/2 gives 0, k0 = 0, g*K = 1/2 gives 1),
+// and post-processing does not cover it. What does: P(Z = 0) covers 2m-1
+// grid points and P(Z = 1) covers 2m (m = 1/(2g)), so P(Z=1)/P(Z=0) <=
+// 2m/(2m-1), a log-ratio of at most 2g, while P(Z=0)/P(Z=1) <= exp(1/Scale)
+// (shift the 2m points of Z = 1 down by 2m). If 2g <= 1/Scale, the ratio
+// of Z = v and Z = v - d is at most exp(d/Scale) for every shift d, ties
+// included, which is all the proofs of jopeqScalar and jopeqHex use:
+// newIndexNoise refuses scales above 2^15, where g*Scale can exceed 1/2
+// (found by TestParameterSweep at eps 1e-6: a loss of 2.4e-4 for a
+// claimed 1e-6).
 func newIndexNoise(scale float64) (indexNoise, error) {
 	lap, err := noise.NewLaplace(scale)
 	if err != nil {
 		return indexNoise{}, err
 	}
-	if lap.Granularity() > 0.5 {
-		return indexNoise{}, fmt.Errorf("noise scale %v is too large for integer lattice indices", scale)
+	if lap.Granularity()*lap.Scale() > 0.5 {
+		return indexNoise{}, fmt.Errorf("noise scale %v above 2^15 indices is too large for the exact rounding of the noise to integer lattice indices", scale)
 	}
 	s := lap.Scale()
 	q, p := math.Exp(-1/s), math.Exp(-lap.Granularity()/s)
@@ -181,6 +203,9 @@ func newJopeqScalar(eps float64, rate int) (*jopeqScalar, error) {
 		if v *= m.cell.Step * m.cell.Step; v < bestVar {
 			best, bestVar = m, v
 		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("mech: jopeq: epsilon %v, rate %d: no lattice span has a finite variance", eps, rate)
 	}
 	return best, nil
 }
@@ -363,6 +388,9 @@ func newJopeqHex(eps float64, rate int) (*jopeqHex, error) {
 			best, bestCost = m, cost
 		}
 	}
+	if best == nil {
+		return nil, fmt.Errorf("mech: jopeq: epsilon %v, rate %d: no hexagonal design has a finite cost", eps, rate)
+	}
 	return best, nil
 }
 
@@ -387,35 +415,36 @@ func coverSpan(c *lattice.HexCode) int64 {
 	return max(maxI-minI, maxJ-minJ, maxK-minK)
 }
 
-// excess is E[(|z1|+|z2|+|z3| - room)+], the mean number of hops by which
-// the noise can leave the ball, from the exact law of |z| (truncated where
-// its tail is below 1e-18).
+// excess is E[(S - room)+], S = |z1|+|z2|+|z3|, the mean number of hops
+// by which the noise can leave the ball. It is computed as E[S] - room +
+// E[(room - S)+], with E|z| = 2Aq/(1-q)^2 in closed form and the exact law
+// of S below room by convolution, so its cost is O(room^2) whatever the
+// noise scale (summing the law of S up to its 1e-18 tail took O(Scale^2):
+// hours at eps 1e-6).
 func (m *jopeqHex) excess(room int64) float64 {
-	top := int64(2)
-	for m.noise.tail(top) > 1e-18 {
-		top++
+	omq := -math.Expm1(-1 / m.noise.lap.Scale())
+	e := 3*2*m.noise.a*m.noise.q/(omq*omq) - float64(room)
+	if room <= 0 {
+		return e
 	}
-	one := make([]float64, top+1)
+	one := make([]float64, room)
 	one[0] = m.noise.prob(0)
-	for a := int64(1); a <= top; a++ {
+	for a := int64(1); a < room; a++ {
 		one[a] = 2 * m.noise.prob(a)
 	}
 	conv := func(x, y []float64) []float64 {
-		out := make([]float64, len(x)+len(y)-1)
+		out := make([]float64, room)
 		for i, a := range x {
-			for j, b := range y {
+			for j, b := range y[:room-int64(i)] {
 				out[i+j] += a * b
 			}
 		}
 		return out
 	}
-	e := 0.0
 	for s, pr := range conv(conv(one, one), one) {
-		if ex := int64(s) - room; ex > 0 {
-			e += float64(ex) * pr
-		}
+		e += float64(room-int64(s)) * pr
 	}
-	return e
+	return max(e, 0)
 }
 
 // unclampedVar is the per-coordinate variance in normalized units before
@@ -429,7 +458,8 @@ func (m *jopeqHex) Coupling() Coupling { return Dithered }
 func (m *jopeqHex) Alone() float64     { return 0 }
 func (m *jopeqHex) Bits(n int) int     { return 8 * wire.PackedLen(latticeFields(n, 2), 2*m.rate) }
 
-// Epsilon is the exact per-parameter privacy loss, H/(2 Scale) <= eps.
+// Epsilon is the exact per-parameter privacy loss, H/Scale <= eps: the
+// pair's, which bounds each of its parameters' (see jopeqHex).
 func (m *jopeqHex) Epsilon() float64 { return m.noise.epsilon(m.sens) }
 
 // point returns the projected noisy point for SDQ's point (i, j).
@@ -467,4 +497,23 @@ func (m *jopeqHex) NewSum(n int, rg Range) (Sum, error) {
 		x, y := m.hex.Point(m.ball.At(int(f)))
 		return x - dx, y - dy
 	})
+}
+
+// Support is r times the decoder's reach: -1 + (t - h) Delta minus a
+// dither of at most Delta/2, t in [t(0), t(N-1)].
+func (m *jopeqScalar) Support(rg Range) (float64, error) {
+	if err := rg.Validate(); err != nil {
+		return 0, err
+	}
+	lo := -1 + (m.tLo-float64(m.low))*m.cell.Step
+	hi := -1 + (m.tHi-float64(m.low))*m.cell.Step
+	return rg.Radius * (max(-lo, hi) + m.cell.Step/2), nil
+}
+
+// Support is r times the reach of the ball's points minus a dither.
+func (m *jopeqHex) Support(rg Range) (float64, error) {
+	if err := rg.Validate(); err != nil {
+		return 0, err
+	}
+	return rg.Radius * hexReach(m.ball, m.hex), nil
 }

@@ -116,6 +116,9 @@ func (m *compatScalar) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte
 	if err := checkJopeq(w, rg, s); err != nil {
 		return dst, err
 	}
+	if _, _, _, err := compatLimits(rg, 1); err != nil {
+		return dst, err
+	}
 	x := make([]float64, len(w))
 	for i, v := range w {
 		x[i] = rg.Clip(float64(v))
@@ -139,10 +142,11 @@ func (m *compatScalar) NewSum(n int, rg Range) (Sum, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("mech: negative tensor size %d", n)
 	}
-	if err := rg.Validate(); err != nil {
+	lo, hi, smax, err := compatLimits(rg, 1)
+	if err != nil {
 		return nil, err
 	}
-	return &compatSum{n: n, dim: 1, width: m.rate + 1, limit: uint32(1)<<m.rate + 1, meanSum: meanSum{sum: make([]float64, n)},
+	return &compatSum{n: n, dim: 1, lo: lo, hi: hi, smax: smax, width: m.rate + 1, limit: uint32(1)<<m.rate + 1, meanSum: meanSum{sum: make([]float64, n)},
 		decode: func(f []uint32, d *wordReader) (float64, float64) {
 			k := float64(int64(f[0]) - int64(1)<<(m.rate-1))
 			return (k - (unitFloat(d.next()) - 0.5)) * m.step, 0
@@ -155,17 +159,22 @@ func unitFloat(u uint64) float64 { return float64(u>>11) * 0x1p-53 }
 // compatScale returns the authors' scaling of the coordinates xs (one slice
 // per coordinate of a block, pairs counted in blocks): the coordinate means
 // and s = 3 sqrt(sum of squared deviations / blocks), as the float32s that
-// are sent. A zero or unrepresentable s becomes the range radius.
+// are sent. A zero or unrepresentable s becomes the range radius. The
+// values are clipped to rg, so each mean lies in [c-r, c+r]: it is clamped
+// there against the rounding of the sum, and an empty coordinate (the
+// second of a one-parameter tensor, L = 2) gets c, so that the server can
+// refuse any mean outside the range (compatLimits).
 func compatScale(xs [][]float64, blocks int, rg Range) ([]float32, float32) {
 	mean := make([]float32, len(xs))
 	ss := 0.0
 	for c, x := range xs {
-		mu := 0.0
-		for _, v := range x {
-			mu += v
-		}
+		mu := rg.Center
 		if len(x) > 0 {
-			mu /= float64(len(x))
+			mu = 0
+			for _, v := range x {
+				mu += v
+			}
+			mu = min(max(mu/float64(len(x)), rg.Center-rg.Radius), rg.Center+rg.Radius)
 		}
 		mean[c] = float32(mu)
 		for _, v := range x {
@@ -180,6 +189,37 @@ func compatScale(xs [][]float64, blocks int, rg Range) ([]float32, float32) {
 		s = float32(rg.Radius)
 	}
 	return mean, s
+}
+
+// compatLimits is what an honest jopeq-compat header holds for rg and dim
+// coordinates per block: means in [lo, hi], c ± r rounded to float32, and
+// a scale in (0, smax]. Each coordinate's deviations from its sent mean
+// have an RMS of at most r + e, e the float32 rounding of the mean plus
+// the float64 error of its sum (together at most one float32 ulp of |c|+r
+// for tensors below 2^29 parameters), and s sums dim coordinates, so
+// s <= 3 sqrt(dim) (r + e); smax adds a relative 2^-20 for the rounding
+// of s and is rounded up to a float32. A range whose radius is not a
+// positive normal float32, or whose smax is not a finite float32, is
+// refused: the scale could not be sent.
+func compatLimits(rg Range, dim int) (lo, hi, smax float32, err error) {
+	if err := rg.Validate(); err != nil {
+		return 0, 0, 0, err
+	}
+	if !(rg.Radius >= 0x1p-126) || !(math.Abs(rg.Center)+rg.Radius <= math.MaxFloat32) {
+		return 0, 0, 0, fmt.Errorf("mech: jopeq-compat: range %v±%v does not fit float32 headers", rg.Center, rg.Radius)
+	}
+	lo, hi = float32Bounds(rg, rg.Radius)
+	top := max(-lo, hi)
+	ulp := float64(math.Nextafter32(top, math.MaxFloat32)) - float64(top)
+	bound := 3 * math.Sqrt(float64(dim)) * (rg.Radius + ulp) * (1 + 0x1p-20)
+	smax = float32(bound)
+	if float64(smax) < bound {
+		smax = math.Nextafter32(smax, math.MaxFloat32)
+	}
+	if math.IsInf(float64(smax), 0) || float64(smax) < bound {
+		return 0, 0, 0, fmt.Errorf("mech: jopeq-compat: range %v±%v: scale bound %v overflows float32", rg.Center, rg.Radius, bound)
+	}
+	return lo, hi, smax, nil
 }
 
 // compatHex is jopeq-compat with the authors' two-dimensional lattice; see
@@ -273,6 +313,9 @@ func (m *compatHex) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, e
 	if err := checkJopeq(w, rg, s); err != nil {
 		return dst, err
 	}
+	if _, _, _, err := compatLimits(rg, 2); err != nil {
+		return dst, err
+	}
 	n := len(w)
 	pairs := latticeFields(n, 2)
 	xs := [][]float64{make([]float64, 0, pairs), make([]float64, 0, pairs)}
@@ -309,11 +352,12 @@ func (m *compatHex) NewSum(n int, rg Range) (Sum, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("mech: negative tensor size %d", n)
 	}
-	if err := rg.Validate(); err != nil {
+	lo, hi, smax, err := compatLimits(rg, 2)
+	if err != nil {
 		return nil, err
 	}
 	half := int64(1) << (m.rate - 1)
-	return &compatSum{n: n, dim: 2, width: m.rate + 1, limit: uint32(1)<<m.rate + 1, meanSum: meanSum{sum: make([]float64, n)},
+	return &compatSum{n: n, dim: 2, lo: lo, hi: hi, smax: smax, width: m.rate + 1, limit: uint32(1)<<m.rate + 1, meanSum: meanSum{sum: make([]float64, n)},
 		decode: func(f []uint32, d *wordReader) (float64, float64) {
 			k1, k2 := float64(int64(f[0])-half), float64(int64(f[1])-half)
 			dx, dy := m.dither(d.next(), d.next())
@@ -321,12 +365,13 @@ func (m *compatHex) NewSum(n int, rg Range) (Sum, error) {
 		}}, nil
 }
 
-// compatSum is jopeq-compat's server: a header of dim float32 means and
-// one float32 scale, then dim fields of width bits per block of dim
-// parameters, each below limit.
+// compatSum is jopeq-compat's server: a header of dim float32 means in
+// [lo, hi] and one float32 scale in (0, smax] (compatLimits), then dim
+// fields of width bits per block of dim parameters, each below limit.
 type compatSum struct {
 	n, dim, width int
 	limit         uint32
+	lo, hi, smax  float32
 	decode        func(f []uint32, d *wordReader) (float64, float64)
 	meanSum
 }
@@ -341,16 +386,17 @@ func (s *compatSum) Add(payload []byte, sl Slot) error {
 	}
 	var side [3]float64
 	for i := range s.dim + 1 {
-		v := float64(math.Float32frombits(binary.LittleEndian.Uint32(payload[4*i:])))
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("mech: jopeq-compat header value %d is %v", i, v)
+		v := math.Float32frombits(binary.LittleEndian.Uint32(payload[4*i:]))
+		// NaN fails every comparison.
+		if i < s.dim && !(v >= s.lo && v <= s.hi) {
+			return fmt.Errorf("mech: jopeq-compat header mean %d is %v, outside the range [%v, %v]", i, v, s.lo, s.hi)
 		}
-		side[i] = v
+		if i == s.dim && !(v > 0 && v <= s.smax) {
+			return fmt.Errorf("mech: jopeq-compat scale %v is outside (0, %v], what clipped inputs give", v, s.smax)
+		}
+		side[i] = float64(v)
 	}
 	scale := side[s.dim]
-	if !(scale > 0) {
-		return fmt.Errorf("mech: jopeq-compat scale %v must be positive", scale)
-	}
 	blocks := latticeFields(s.n, s.dim)
 	fields := s.dim * blocks
 	u, err := wire.NewUnpacker(payload[head:], fields, s.width)
@@ -377,4 +423,28 @@ func (s *compatSum) Add(payload []byte, sl Slot) error {
 	}
 	s.count++
 	return nil
+}
+
+// compatSupport is the largest distance from c of a decoded value: a mean
+// at most an end of [lo, hi], plus smax times the largest normalized
+// coordinate, reach.
+func compatSupport(rg Range, dim int, reach float64) (float64, error) {
+	lo, hi, smax, err := compatLimits(rg, dim)
+	if err != nil {
+		return 0, err
+	}
+	return max(rg.Center-float64(lo), float64(hi)-rg.Center) + float64(smax)*reach, nil
+}
+
+// Support: a level k in -2^(Rate-1)..2^(Rate-1) minus a dither of at most
+// half a step is at most (2^(Rate-1) + 1/2) Delta from 0.
+func (m *compatScalar) Support(rg Range) (float64, error) {
+	return compatSupport(rg, 1, (math.Ldexp(1, m.rate-1)+0.5)*m.step)
+}
+
+// Support: the point is Delta G (k - v) with |k_i - v_i| <= 2^(Rate-1) +
+// 1/2 = a; its first coordinate is at most Delta a, its second Delta a
+// (1 + 2)/sqrt3 = sqrt3 Delta a.
+func (m *compatHex) Support(rg Range) (float64, error) {
+	return compatSupport(rg, 2, math.Sqrt(3)*(math.Ldexp(1, m.rate-1)+0.5)*m.step)
 }

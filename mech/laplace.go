@@ -43,7 +43,17 @@ func init() {
 // rounding's f(1-f)g^2 (Variance). The float32 rounding adds at
 // most half a float32 ulp of c + y, which neither the mean nor Variance
 // include.
+//
+// Support: the server accepts values within r + g + zLaplace*b of c
+// (Support) and refuses the rest. P(|K| > z t) = 2 p^m/(1+p) with m the
+// first integer above z t, which is below 2 exp(-z); zLaplace = ln(2/1e-12)
+// = 28.32 makes that 1e-12, the largest probability that an honest value
+// is refused (for the continuous Laplace, exp(-z) = 5e-13).
 type laplace struct{ eps float64 }
+
+// zLaplace is the tail cut of the laplace support, in units of the scale:
+// 2 exp(-zLaplace) = refusalTarget.
+var zLaplace = math.Log(2 / refusalTarget)
 
 func newLaplace(c Config) (Mechanism, error) {
 	if err := c.ValidateEpsilon(); err != nil {
@@ -87,10 +97,33 @@ func (m laplace) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, erro
 	if err != nil {
 		return dst, err
 	}
+	if _, _, err := floatSupport(rg, gridSupport(l, zLaplace*l.Scale(), rg), "laplace"); err != nil {
+		return dst, err
+	}
 	return encodeGrid(dst, w, rg, s, "laplace", l)
 }
 
-func (m laplace) NewSum(n int, rg Range) (Sum, error) { return newFloatSum(n, rg) }
+func (m laplace) NewSum(n int, rg Range) (Sum, error) {
+	l, err := m.noise(rg)
+	if err != nil {
+		return nil, err
+	}
+	lo, hi, err := floatSupport(rg, gridSupport(l, zLaplace*l.Scale(), rg), "laplace")
+	if err != nil {
+		return nil, err
+	}
+	return newBoundedSum(n, rg, lo, hi)
+}
+
+// Support is r + g + zLaplace*b, with a relative 2^-40 for its rounding:
+// what an honest value exceeds with probability at most 1e-12.
+func (m laplace) Support(rg Range) (float64, error) {
+	l, err := m.noise(rg)
+	if err != nil {
+		return 0, err
+	}
+	return gridSupport(l, zLaplace*l.Scale(), rg), nil
+}
 
 // Variance is Var[Q(w)] of the exact grid value (NaN for a range the
 // mechanism rejects).

@@ -124,3 +124,15 @@ func (m *laplaceSDQ) Variance(w float64, rg Range) float64 {
 	second := 2*b*b - ea*(a*b+b*b) - ea2*(a2*b+b*b)
 	return second - mean*mean + m.q.Variance(0, wide)
 }
+
+// Support is SDQ's on the widened range.
+func (m *laplaceSDQ) Support(rg Range) (float64, error) {
+	if err := rg.Validate(); err != nil {
+		return 0, err
+	}
+	_, wide, err := m.plan(rg)
+	if err != nil {
+		return 0, err
+	}
+	return m.q.Support(wide)
+}

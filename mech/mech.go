@@ -145,6 +145,21 @@ type Variancer interface {
 	Variance(w float64, rg Range) float64
 }
 
+// Supporter is implemented by every registered mechanism: Support is the
+// half-width h of the interval [c-h, c+h] that holds every value its Sum
+// decodes from a payload it accepts, for one parameter. One client's
+// largest effect on a mean of n clients is therefore h/n. The quantized
+// mechanisms are bounded by construction (a finite codebook); the float32
+// ones (none, clip, gaussian, laplace) refuse values beyond it.
+type Supporter interface {
+	Support(rg Range) (float64, error)
+}
+
+// refusalTarget is the largest probability, per parameter, with which the
+// server may refuse an honest gaussian or laplace value: their supports
+// cut the noise's tails there.
+const refusalTarget = 1e-12
+
 // PairVariancer is implemented by Paired mechanisms: PairVariance is
 // Var[Q1(w1) + Q2(w2)] for a leader with input w1 and a follower with w2.
 type PairVariancer interface {

@@ -165,3 +165,16 @@ func (s *mvuSum) Add(payload []byte, _ Slot) error {
 	s.count++
 	return nil
 }
+
+// Support is the largest |2a_j - 1| r over the symbols' values a_j in
+// units of the range (which an unbiased design places beyond [0, 1]).
+func (q *mvuMech) Support(rg Range) (float64, error) {
+	if err := rg.Validate(); err != nil {
+		return 0, err
+	}
+	h := 0.0
+	for _, a := range q.m.Values {
+		h = max(h, math.Abs(2*a-1))
+	}
+	return h * rg.Radius, nil
+}

@@ -2,6 +2,7 @@ package mech
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/mech/lattice"
@@ -177,8 +178,13 @@ func (m *sdq) decode(f uint32, d *wordReader) (float64, float64) {
 // parameter, or one per pair.
 func latticeFields(n, dim int) int { return (n + dim - 1) / dim }
 
-// normalize clips v to the range and maps it to [-1, 1].
-func normalize(v float32, rg Range) float64 { return (rg.Clip(float64(v)) - rg.Center) / rg.Radius }
+// normalize clips v to the range and maps it to [-1, 1]. The clamp acts
+// when the radius is below an ulp of the center: c ± r then rounds to a
+// neighbour of c, more than r away, and an unclamped u outside [-1, 1]
+// would reach lattice points the privacy analysis does not cover.
+func normalize(v float32, rg Range) float64 {
+	return min(max((rg.Clip(float64(v))-rg.Center)/rg.Radius, -1), 1)
+}
 
 // checkDithered is the common validation of a Dithered Encode.
 func checkDithered(w []float32, rg Range, s Slot) error {
@@ -271,4 +277,31 @@ func (s *latticeSum) Add(payload []byte, sl Slot) error {
 	}
 	s.count++
 	return nil
+}
+
+// hexReach is the largest coordinate, in absolute value, of a point of
+// code minus a dither: the points' largest coordinate plus the hexagonal
+// cell's circumradius Step/sqrt3.
+func hexReach(code *lattice.HexCode, hex lattice.Hex) float64 {
+	h := 0.0
+	code.Rows(func(j, lo, hi int64) {
+		for _, i := range []int64{lo, hi} {
+			x, y := hex.Point(i, j)
+			h = max(h, math.Abs(x), math.Abs(y))
+		}
+	})
+	return h + hex.Step/math.Sqrt(3)
+}
+
+// Support is r times the reach of the decoder in normalized units:
+// 1 + Delta/2 for L = 1 (the points span [-1, 1]), hexReach for L = 2.
+// The codebook is finite, so this bounds every output by construction.
+func (m *sdq) Support(rg Range) (float64, error) {
+	if err := rg.Validate(); err != nil {
+		return 0, err
+	}
+	if m.dim == 1 {
+		return rg.Radius * (1 + m.scalar.Step/2), nil
+	}
+	return rg.Radius * hexReach(m.code, m.hex), nil
 }
