@@ -73,6 +73,12 @@ type Task struct {
 	// Validation is examples of Data.Train that no client holds, on which
 	// patience selects the model; nil: patience looks at the test set.
 	Validation []int
+	// Secret seeds every round's randomness: sampling, pairing, group
+	// order, and the keys of the dithers and group bits a server shares
+	// with its clients. Nil derives it from the seed, which a simulation
+	// wants (reproducible) and a server must not (its clients learn the
+	// seed from the configuration).
+	Secret []byte
 }
 
 func (c *Config) validate(clients int) error {
@@ -157,13 +163,16 @@ func New(cfg Config, task Task) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, task: task, m: m, ldp: info.LDP,
-		secret:   corr.SeedSecret(cfg.Seed),
+		secret:   task.Secret,
 		specs:    task.Model.Tensors(),
 		global:   task.Model.Init(cfg.Seed),
 		joined:   make([]int, n),
 		bestAcc:  math.Inf(-1),
 		examples: examples,
 		start:    time.Now(),
+	}
+	if e.secret == nil {
+		e.secret = corr.SeedSecret(cfg.Seed)
 	}
 	for _, s := range e.specs {
 		e.params += size(s.Shape)

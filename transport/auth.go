@@ -69,7 +69,11 @@ func LoadKey(path string) (ed25519.PrivateKey, error) {
 
 // PublicString is an identity's public key as the roster writes it.
 func PublicString(k ed25519.PrivateKey) string {
-	return base64.StdEncoding.EncodeToString(k.Public().(ed25519.PublicKey))
+	return publicString(k.Public().(ed25519.PublicKey))
+}
+
+func publicString(pub ed25519.PublicKey) string {
+	return base64.StdEncoding.EncodeToString(pub)
 }
 
 // Roster is the enrolled clients: client id to identity public key. Only

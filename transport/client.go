@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/fedpq/fedpq/corr"
@@ -135,8 +136,11 @@ func (e *setupError) Unwrap() error { return e.err }
 
 // session is one connection: Hello, Join, then rounds until the end.
 func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, err error) {
+	// Keepalive pings find a server that vanished without closing the
+	// connection; the server accepts a ping every 20 s at most.
 	conn, err := grpc.NewClient(c.cfg.Server, grpc.WithTransportCredentials(c.cfg.Creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute, Timeout: 20 * time.Second}))
 	if err != nil {
 		return nil, false, &setupError{err}
 	}
@@ -257,14 +261,7 @@ func (c *Client) prepare(y string) error {
 		return &setupError{err}
 	}
 	c.yaml, c.su, c.m, c.tr, c.specs = y, su, m, tr, su.Model.Tensors()
-	c.params = 0
-	for _, s := range c.specs {
-		n := 1
-		for _, d := range s.Shape {
-			n *= d
-		}
-		c.params += n
-	}
+	c.params = su.Model.NumParams()
 	c.log.Printf("%s, partition %d/%d: %d examples; model %s, mechanism %s",
 		cfg.Dataset, c.cfg.ID, c.cfg.Clients, len(su.Clients[c.cfg.ID]), cfg.Model, cfg.Mechanism)
 	return nil

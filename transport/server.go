@@ -19,17 +19,22 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/report"
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
 )
@@ -38,13 +43,26 @@ import (
 type ServerConfig struct {
 	Run experiment.Config
 	// MinClients is how many clients must be connected for a round to
-	// start (0: all of Run.Clients). Once they are, the server waits up to
-	// Gather for the others.
+	// start (0: all of Run.Clients, for up to Grace). Once they are, the
+	// server waits up to Gather for the others.
 	MinClients int
 	Gather     time.Duration
+	// Grace bounds the wait for the whole fleet when MinClients is 0:
+	// after it a round goes on with the clients connected, so that one
+	// client gone for good does not stall the run (default 2 minutes).
+	Grace time.Duration
 	// RoundTimeout is each round's deadline: the round ends with the
 	// uploads received by then.
 	RoundTimeout time.Duration
+	// KeyShareTimeout is how long after a round starts a paired client
+	// has to send its key share (it sends it before it trains); then its
+	// partner is told to encode alone (default 30 s, at most half the
+	// round).
+	KeyShareTimeout time.Duration
+	// JoinTimeout is how long a connection may take to join before it is
+	// closed; it also bounds the TLS handshake and a connection's idle
+	// time (default 10 s).
+	JoinTimeout time.Duration
 	// Token, if not empty, must be presented by every joining client.
 	Token string
 	// Roster, if not nil, is the only identities that may join, each as
@@ -58,27 +76,59 @@ type ServerConfig struct {
 // Server is a fedpq server: the round engine behind a gRPC service.
 type Server struct {
 	pb.UnimplementedFederationServer
-	cfg   ServerConfig
-	su    *experiment.Setup
-	eng   *fl.Engine
-	rec   *experiment.Recorder
-	runID []byte
-	yaml  []byte
-	log   *log.Logger
+	cfg    ServerConfig
+	su     *experiment.Setup
+	eng    *fl.Engine
+	rec    *experiment.Recorder
+	runID  []byte
+	yaml   []byte
+	log    *log.Logger
+	fleet  bool // MinClients was left to its default: the whole fleet, for up to Grace
+	paired bool // the mechanism pairs clients, so the server relays key shares
+	sealed int  // transfer mode: the size of a leader's sealed bits; 0 otherwise
 
 	mu       sync.Mutex
+	pins     *pins // token mode: each id's first key
+	pending  int   // streams that have not joined (yet)
 	sessions map[uint32]*session
 	changed  chan struct{} // closed, and replaced, whenever sessions or the round change
 	round    *serverRound  // the round under way, or nil
 	finished *pb.Finished  // once the run is over
 }
 
+// Limits on what one peer can make the server hold or do. A client sends
+// one stream at a time, a key share and at most one sealed message per
+// round, and one upload; these leave honest clients room and bound the
+// rest.
+const (
+	streamsPerConn = 4 // concurrent streams on one connection
+	// maxInvalid refused messages in a round end a session: the client is
+	// out of the round, and may join again for the next.
+	maxInvalid = 8
+	// loggedRefusals is how many of a session's refusals per round are
+	// logged; the rest are counted, so that a flood cannot fill the log.
+	loggedRefusals = 3
+)
+
 // serverRound is the round under way.
 type serverRound struct {
-	plan  *fl.Plan
-	pos   map[uint32]int // client id to position
-	state []int          // per position: waiting, uploaded, refused or gone
-	setup int64          // bytes of key shares and sealed bits relayed
+	plan   *fl.Plan
+	pos    map[uint32]int // client id to position
+	state  []int          // per position: waiting, uploaded, refused or gone
+	keyed  []bool         // per position: its key share was relayed
+	sealed []bool         // per position: its sealed bits were relayed
+	late   []bool         // per position: no key share by the key-share deadline
+	setup  int64          // bytes of key shares and sealed bits relayed
+}
+
+func newServerRound(plan *fl.Plan) *serverRound {
+	n := len(plan.Clients)
+	rd := &serverRound{plan: plan, pos: map[uint32]int{}, state: make([]int, n),
+		keyed: make([]bool, n), sealed: make([]bool, n), late: make([]bool, n)}
+	for pos, k := range plan.Clients {
+		rd.pos[uint32(k)] = pos
+	}
+	return rd
 }
 
 const (
@@ -96,6 +146,11 @@ type session struct {
 	out      chan *pb.ServerMessage
 	ctx      context.Context
 	cancel   context.CancelFunc
+
+	// Guarded by Server.mu:
+	window  int   // the round its refusals are counted for
+	refused int   // refused messages in that round
+	err     error // why the server closed the session, if it did
 }
 
 // send queues m for the client; a client too slow to take its messages
@@ -106,6 +161,15 @@ func (s *session) send(m *pb.ServerMessage) {
 	default:
 		s.cancel()
 	}
+}
+
+// close ends the session with err, which the client receives. Server.mu
+// is held.
+func (s *session) close(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+	s.cancel()
 }
 
 // NewServer prepares the run of cfg.Run: its test data and model, the
@@ -119,7 +183,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Token == "" && cfg.Roster == nil {
 		return nil, errors.New("a server needs a join token or a roster, so that only enrolled clients take part")
 	}
-	if cfg.MinClients == 0 {
+	fleet := cfg.MinClients == 0
+	if fleet {
 		cfg.MinClients = c.Clients
 	}
 	if cfg.MinClients < 1 || cfg.MinClients > c.Clients {
@@ -127,6 +192,18 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.RoundTimeout <= 0 {
 		return nil, fmt.Errorf("round timeout %v must be positive", cfg.RoundTimeout)
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 2 * time.Minute
+	}
+	if cfg.KeyShareTimeout == 0 {
+		cfg.KeyShareTimeout = min(30*time.Second, cfg.RoundTimeout/2)
+	}
+	if cfg.JoinTimeout == 0 {
+		cfg.JoinTimeout = 10 * time.Second
+	}
+	if cfg.Grace < 0 || cfg.KeyShareTimeout < 0 || cfg.JoinTimeout < 0 {
+		return nil, fmt.Errorf("grace %v, key-share timeout %v and join timeout %v must be positive", cfg.Grace, cfg.KeyShareTimeout, cfg.JoinTimeout)
 	}
 	for id := range cfg.Roster {
 		if int(id) >= c.Clients {
@@ -144,8 +221,26 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(c.Dir(), 0o755); err != nil {
+		return nil, err
+	}
+	secret, err := loadSecret(c.Dir())
+	if err != nil {
+		return nil, err
+	}
+	var pinned *pins
+	if cfg.Roster == nil {
+		if pinned, err = loadPins(c.Dir()); err != nil {
+			return nil, err
+		}
+	}
+	m, err := mech.New(su.Engine.Mechanism, su.Engine.Mech)
+	if err != nil {
+		return nil, err
+	}
 	eng, err := fl.New(su.Engine, fl.Task{
 		Model: su.Model, Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
+		Secret: secret,
 	})
 	if err != nil {
 		return nil, err
@@ -165,7 +260,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	id := sha256.Sum256(y)
 	s := &Server{
 		cfg: cfg, su: su, eng: eng, rec: rec, runID: id[:16], yaml: y, log: cfg.Log,
+		fleet: fleet, paired: m.Coupling() == mech.Paired, pins: pinned,
 		sessions: map[uint32]*session{}, changed: make(chan struct{}),
+	}
+	if s.paired && su.Engine.Transfer {
+		s.sealed = fl.TransferBytes(m, su.Model.NumParams()) + corr.SealedOverhead
 	}
 	if resume {
 		s.log.Printf("resuming %s after round %d from its checkpoint; model sha256 %x", c.Dir(), eng.Done(), short(eng.Global()))
@@ -210,8 +309,22 @@ func (s *Server) MaxMessageBytes() int {
 // Serve runs the whole run, serving clients on lis, and returns its
 // summary. It returns when the last round is done and the clients were
 // told, or when ctx is cancelled (a checkpoint of the last round is kept).
+//
+// Whoever connects is held to limits, so that no peer, joined or not, can
+// make the server hold unbounded memory: at most 4 streams per connection,
+// MaxConns connections, MaxPending streams not yet joined, JoinTimeout to
+// join, and keepalive pings that close connections whose peer is gone.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.ServerOption) (*report.Summary, error) {
-	opts = append(opts, grpc.MaxRecvMsgSize(s.MaxMessageBytes()), grpc.MaxSendMsgSize(s.MaxMessageBytes()))
+	opts = append(opts,
+		grpc.MaxRecvMsgSize(s.MaxMessageBytes()), grpc.MaxSendMsgSize(s.MaxMessageBytes()),
+		grpc.MaxConcurrentStreams(streamsPerConn),
+		grpc.ConnectionTimeout(s.cfg.JoinTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: s.cfg.JoinTimeout, Time: time.Minute, Timeout: 20 * time.Second,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second}),
+	)
+	lis = netutil.LimitListener(lis, s.MaxConns())
 	gs := grpc.NewServer(opts...)
 	pb.RegisterFederationServer(gs, s)
 	errc := make(chan error, 1)
@@ -250,6 +363,15 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	return sum, err
 }
 
+// MaxConns is how many connections the server holds at once: two per
+// client (one reconnecting while the old one closes) and a margin. More
+// wait in the listen queue until a connection closes.
+func (s *Server) MaxConns() int { return 2*s.cfg.Run.Clients + 32 }
+
+// MaxPending is how many streams may wait to join at once; more are
+// refused (ResourceExhausted: clients retry).
+func (s *Server) MaxPending() int { return s.cfg.Run.Clients + 32 }
+
 // notify wakes whoever waits on a change. s.mu must be held.
 func (s *Server) notify() {
 	close(s.changed)
@@ -268,10 +390,15 @@ func (s *Server) run(ctx context.Context) error {
 			return err
 		}
 		if err := s.rec.Round(r); err != nil {
-			return err
+			// The round is done and the engine has moved on; losing its
+			// record or checkpoint should not lose the run.
+			s.log.Printf("round %d: recording it: %v", r.Round, err)
 		}
 		if s.cfg.Progress != nil {
 			s.cfg.Progress(r)
+		}
+		if r.Discarded != "" {
+			s.log.Printf("round %d: aggregate discarded, the model is unchanged: %s", r.Round, r.Discarded)
 		}
 		acc := ""
 		if r.Accuracy != nil {
@@ -283,32 +410,53 @@ func (s *Server) run(ctx context.Context) error {
 	return nil
 }
 
-// gather waits for MinClients connected clients, then up to Gather for
-// the rest, and returns the ids of those connected.
+// gather waits for the clients a round needs, MinClients connected, and
+// then up to Gather for the rest, and returns the ids of those connected.
+// With the default minimum (the whole fleet) it waits up to Grace, then
+// goes on with those it has. While it waits it logs, every 30 s, who is
+// missing.
 func (s *Server) gather(ctx context.Context) ([]uint32, error) {
-	var since time.Time
-	logged := false
+	start := time.Now()
+	var since, logged time.Time
 	for {
 		s.mu.Lock()
 		n, ch := len(s.sessions), s.changed
+		missing := s.missing()
 		s.mu.Unlock()
-		if n >= s.cfg.MinClients {
+		need, graceLeft := s.cfg.MinClients, time.Duration(0)
+		if s.fleet {
+			if graceLeft = s.cfg.Grace - time.Since(start); graceLeft <= 0 {
+				need = 1
+			}
+		}
+		if n >= need {
 			if since.IsZero() {
 				since = time.Now()
 			}
 			if n == s.cfg.Run.Clients || time.Since(since) >= s.cfg.Gather {
+				if n < s.cfg.Run.Clients && need < s.cfg.MinClients {
+					s.log.Printf("round %d: going on with %d of %d clients after waiting %v (--grace) for %s",
+						s.eng.Done()+1, n, s.cfg.Run.Clients, s.cfg.Grace, missing)
+				}
 				break
 			}
 		} else {
 			since = time.Time{}
-			if !logged {
-				s.log.Printf("round %d: waiting for clients (%d of %d connected)", s.eng.Done()+1, n, s.cfg.MinClients)
-				logged = true
+			if time.Since(logged) >= 30*time.Second {
+				wait := "waiting for them"
+				if graceLeft > 0 {
+					wait = fmt.Sprintf("going on with those connected in %v", graceLeft.Round(time.Second))
+				}
+				s.log.Printf("round %d: waiting for clients (%d of %d connected, %d needed): missing %s; %s",
+					s.eng.Done()+1, n, s.cfg.Run.Clients, need, missing, wait)
+				logged = time.Now()
 			}
 		}
-		wait := time.Hour
+		wait := 30*time.Second - time.Since(logged)
 		if !since.IsZero() {
 			wait = s.cfg.Gather - time.Since(since)
+		} else if graceLeft > 0 {
+			wait = min(wait, graceLeft)
 		}
 		select {
 		case <-ch:
@@ -327,6 +475,26 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 	return ids, nil
 }
 
+// missing names the clients not connected, the first ten of them. s.mu is
+// held.
+func (s *Server) missing() string {
+	var ids []string
+	left := 0
+	for id := range s.cfg.Run.Clients {
+		if s.sessions[uint32(id)] == nil {
+			if len(ids) < 10 {
+				ids = append(ids, fmt.Sprint(id))
+			} else {
+				left++
+			}
+		}
+	}
+	if left > 0 {
+		ids = append(ids, fmt.Sprintf("and %d more", left))
+	}
+	return "clients " + strings.Join(ids, ", ")
+}
+
 // runRound runs one round among the online clients: it announces the
 // round to those chosen, waits for their uploads until they are all in or
 // gone, or the deadline, and ends the round with what it has.
@@ -343,12 +511,11 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		s.mu.Unlock()
 		return report.Round{}, err
 	}
-	rd := &serverRound{plan: plan, pos: map[uint32]int{}, state: make([]int, len(plan.Clients))}
+	rd := newServerRound(plan)
 	s.round = rd
 	global := encodeTensors(plan.Global)
 	ranges := encodeRanges(plan.Ranges)
 	for pos, k := range plan.Clients {
-		rd.pos[uint32(k)] = pos
 		if s.sessions[uint32(k)] == nil { // left since it was counted
 			rd.state[pos] = gone
 		}
@@ -377,6 +544,12 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
+	var keyShares <-chan time.Time
+	if plan.Round.Pairs() > 0 {
+		kt := time.NewTimer(s.cfg.KeyShareTimeout)
+		defer kt.Stop()
+		keyShares = kt.C
+	}
 wait:
 	for {
 		s.mu.Lock()
@@ -388,6 +561,11 @@ wait:
 		}
 		select {
 		case <-ch:
+		case <-keyShares:
+			keyShares = nil
+			s.mu.Lock()
+			s.keySharesDue(rd)
+			s.mu.Unlock()
 		case <-timer.C:
 			s.log.Printf("round %d: deadline passed", t)
 			break wait
@@ -409,6 +587,37 @@ wait:
 	return r, err
 }
 
+// keySharesDue tells the partner of each client that sent no key share by
+// the key-share deadline to encode alone, rather than wait for the round's
+// deadline; a key share that comes later is refused. s.mu is held.
+func (s *Server) keySharesDue(rd *serverRound) {
+	for pos, st := range rd.state {
+		if rd.keyed[pos] || st != waiting {
+			continue
+		}
+		if j := rd.plan.Round.Partner(pos); j >= 0 && rd.state[j] == waiting {
+			rd.late[pos] = true
+			s.log.Printf("round %d: no key share from client %d within %v; its partner %d encodes alone",
+				rd.plan.T, rd.plan.Clients[pos], s.cfg.KeyShareTimeout, rd.plan.Clients[j])
+			s.partnerGone(rd, pos)
+		}
+	}
+}
+
+// partnerGone tells the partner of the client at pos, if it still waits
+// for it, that it will not pair this round. s.mu is held.
+func (s *Server) partnerGone(rd *serverRound, pos int) {
+	j := rd.plan.Round.Partner(pos)
+	if j < 0 || rd.state[j] != waiting {
+		return
+	}
+	if p := s.sessions[uint32(rd.plan.Clients[j])]; p != nil {
+		p.send(&pb.ServerMessage{Body: &pb.ServerMessage_PartnerGone{PartnerGone: &pb.PartnerGone{
+			Round: uint32(rd.plan.T), Partner: uint32(rd.plan.Clients[pos]),
+		}}})
+	}
+}
+
 // finish tells every client the run is over.
 func (s *Server) finish() {
 	s.mu.Lock()
@@ -421,12 +630,23 @@ func (s *Server) finish() {
 }
 
 // Session is one client's connection, from its Join to the run's end.
+// The Hello is all a peer sees before it joins: the run's configuration,
+// which holds no secret (round keys derive from the server's secret).
 func (s *Server) Session(stream pb.Federation_SessionServer) error {
 	ctx := stream.Context()
 	addr := "unknown"
 	if p, ok := peer.FromContext(ctx); ok {
 		addr = p.Addr.String()
 	}
+	if !s.admit() {
+		return status.Errorf(codes.ResourceExhausted, "%d connections are already joining; try again", s.MaxPending())
+	}
+	admitted := true
+	defer func() {
+		if admitted {
+			s.admitted()
+		}
+	}()
 	challenge := make([]byte, 32)
 	rand.Read(challenge)
 	if err := stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_Hello{Hello: &pb.Hello{
@@ -434,7 +654,7 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 	}}}); err != nil {
 		return err
 	}
-	m, err := stream.Recv()
+	m, err := recvWithin(stream, s.cfg.JoinTimeout)
 	if err != nil {
 		return err
 	}
@@ -443,6 +663,8 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 		s.log.Printf("refused a client at %s: %v", addr, err)
 		return err
 	}
+	s.admitted()
+	admitted = false
 	defer s.leave(sess)
 	go func() {
 		defer sess.cancel()
@@ -464,8 +686,51 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 				return nil
 			}
 		case <-sess.ctx.Done():
-			return status.Error(codes.Canceled, "session closed")
+			s.mu.Lock()
+			err := sess.err
+			s.mu.Unlock()
+			if err == nil {
+				err = status.Error(codes.Canceled, "session closed")
+			}
+			return err
 		}
+	}
+}
+
+// admit counts a stream that has yet to join, if there is room for it.
+func (s *Server) admit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending >= s.MaxPending() {
+		return false
+	}
+	s.pending++
+	return true
+}
+
+// admitted uncounts a stream that joined or ended.
+func (s *Server) admitted() {
+	s.mu.Lock()
+	s.pending--
+	s.mu.Unlock()
+}
+
+// recvWithin is the stream's next message, if it comes within d.
+func recvWithin(stream pb.Federation_SessionServer, d time.Duration) (*pb.ClientMessage, error) {
+	type result struct {
+		m   *pb.ClientMessage
+		err error
+	}
+	c := make(chan result, 1)
+	go func() { // ends with the stream, when the handler returns
+		m, err := stream.Recv()
+		c <- result{m, err}
+	}()
+	select {
+	case r := <-c:
+		return r.m, r.err
+	case <-time.After(d):
+		return nil, status.Errorf(codes.DeadlineExceeded, "no Join within %v", d)
 	}
 }
 
@@ -494,13 +759,23 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 			return nil, status.Errorf(codes.PermissionDenied, "client %d: identity not on the roster", id)
 		}
 	}
+	// FedAvg weighs a client by the examples it claims; the server caps
+	// the claim at the partition it would give that client, so that no
+	// client outweighs an honest one.
+	examples := min(int(j.GetExamples()), len(s.su.Clients[id]))
 	sctx, cancel := context.WithCancel(ctx)
 	sess := &session{
-		id: id, identity: j.GetIdentity(), examples: int(j.GetExamples()),
+		id: id, identity: j.GetIdentity(), examples: examples,
 		out: make(chan *pb.ServerMessage, 16), ctx: sctx, cancel: cancel,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.pins != nil {
+		if err := s.pins.check(id, sess.identity); err != nil {
+			cancel()
+			return nil, status.Error(codes.PermissionDenied, err.Error())
+		}
+	}
 	if err := s.eng.Enroll(int(id), sess.examples); err != nil {
 		cancel()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -549,13 +824,7 @@ func (s *Server) drop(sess *session) {
 	}
 	rd.state[pos] = gone
 	s.log.Printf("round %d: client %d left before uploading", rd.plan.T, sess.id)
-	if j := rd.plan.Round.Partner(pos); j >= 0 && rd.state[j] == waiting {
-		if p := s.sessions[uint32(rd.plan.Clients[j])]; p != nil {
-			p.send(&pb.ServerMessage{Body: &pb.ServerMessage_PartnerGone{PartnerGone: &pb.PartnerGone{
-				Round: uint32(rd.plan.T), Partner: sess.id,
-			}}})
-		}
-	}
+	s.partnerGone(rd, pos)
 	s.notify()
 }
 
@@ -586,13 +855,36 @@ func (s *Server) handle(sess *session, m *pb.ClientMessage) {
 		err = errors.New("an empty or unknown message")
 	}
 	if err != nil {
+		s.refuse(sess, err)
+	}
+}
+
+// refuse counts and logs a refused message: the first few of each round,
+// so that a flood cannot fill the log, and it closes the session of a
+// client that sends maxInvalid in one round. s.mu is held.
+func (s *Server) refuse(sess *session, err error) {
+	if t := s.eng.Done() + 1; sess.window != t {
+		sess.window, sess.refused = t, 0
+	}
+	sess.refused++
+	switch {
+	case sess.refused <= loggedRefusals:
 		s.log.Printf("client %d: refused: %v", sess.id, err)
+	case sess.refused == maxInvalid:
+		s.log.Printf("client %d: refused: %v; %d refused messages in round %d: disconnecting it for the round", sess.id, err, maxInvalid, sess.window)
+		sess.close(status.Errorf(codes.ResourceExhausted, "%d refused messages in round %d: disconnected for the round", maxInvalid, sess.window))
+	case sess.refused == loggedRefusals+1:
+		s.log.Printf("client %d: refused: %v; further refusals in round %d are not logged", sess.id, err, sess.window)
 	}
 }
 
 // relay forwards a key share or sealed bits from sess to its partner in
 // the round under way. The server checks where it goes, not what it says:
 // the partner checks the signature, or the seal.
+//
+// What it relays is bounded: per client and round one key share, of a
+// public key's and a signature's size, and, in transfer mode, one sealed
+// message of the size an honest leader seals.
 func (s *Server) relay(sess *session, round, from, to uint32, m *pb.ServerMessage) error {
 	rd := s.round
 	if rd == nil || round != uint32(rd.plan.T) {
@@ -605,6 +897,29 @@ func (s *Server) relay(sess *session, round, from, to uint32, m *pb.ServerMessag
 	j := rd.plan.Round.Partner(pos)
 	if j < 0 || uint32(rd.plan.Clients[j]) != to {
 		return fmt.Errorf("round %d: a message for client %d, which is not its partner", round, to)
+	}
+	if ks := m.GetPartnerKey(); ks != nil {
+		switch {
+		case rd.keyed[pos]:
+			return fmt.Errorf("round %d: a second key share", round)
+		case rd.late[pos]:
+			return fmt.Errorf("round %d: a key share after the key-share deadline (its partner encodes alone)", round)
+		case len(ks.GetPublicKey()) != corr.PublicKeyBytes || len(ks.GetSignature()) != ed25519.SignatureSize:
+			return fmt.Errorf("round %d: a key share of %d and %d bytes, want a %d-byte key and a %d-byte signature",
+				round, len(ks.GetPublicKey()), len(ks.GetSignature()), corr.PublicKeyBytes, ed25519.SignatureSize)
+		}
+		rd.keyed[pos] = true
+	} else {
+		c := m.GetPartnerSealed().GetCiphertext()
+		switch {
+		case s.sealed == 0:
+			return fmt.Errorf("round %d: sealed bits, but the run does not transfer shared bits", round)
+		case rd.sealed[pos]:
+			return fmt.Errorf("round %d: sealed bits a second time", round)
+		case len(c) != s.sealed:
+			return fmt.Errorf("round %d: %d sealed bytes, want %d", round, len(c), s.sealed)
+		}
+		rd.sealed[pos] = true
 	}
 	if p := s.sessions[to]; p != nil && rd.state[j] == waiting {
 		p.send(m)
@@ -626,14 +941,10 @@ func (s *Server) upload(sess *session, u *pb.Upload) error {
 	if rd.state[pos] != waiting {
 		return fmt.Errorf("round %d: a second upload", u.GetRound())
 	}
-	if l := u.GetLoss(); math.IsNaN(l) || math.IsInf(l, 0) || l < 0 {
-		rd.state[pos] = refused
-		s.notify()
-		return fmt.Errorf("round %d: training loss %v", u.GetRound(), l)
-	}
 	err := rd.plan.Add(pos, fl.Upload{Payloads: u.GetPayloads(), Examples: sess.examples, Loss: u.GetLoss()})
 	if err != nil {
 		rd.state[pos] = refused
+		s.partnerGone(rd, pos)
 		err = fmt.Errorf("round %d: %w", u.GetRound(), err)
 	} else {
 		rd.state[pos] = uploaded

@@ -60,9 +60,12 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c := experiment.Default()
 	fs.String("config", "", "YAML file of the run's settings (flags override it)")
 	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on (host:port; :7070 for every interface)")
-	minClients := fs.Int("min-clients", 0, "clients connected before a round starts (0: all)")
+	minClients := fs.Int("min-clients", 0, "clients connected before a round starts (0: all, for up to --grace)")
 	gather := fs.Duration("gather", 5*time.Second, "once min-clients are connected, how long to wait for the others")
+	grace := fs.Duration("grace", 2*time.Minute, "with min-clients 0, how long a round waits for missing clients before it goes on with those connected")
 	timeout := fs.Duration("round-timeout", 10*time.Minute, "deadline of each round: it ends with the uploads it has")
+	keyShares := fs.Duration("key-share-timeout", 30*time.Second, "how long a paired client has to send its key share before its partner encodes alone (at most half the round)")
+	joinTimeout := fs.Duration("join-timeout", 10*time.Second, "how long a connection has to join before it is closed")
 	token := fs.String("token", "", "join token clients must present (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "file of enrolled clients' identity keys (fedpq keygen prints the lines)")
 	cert := fs.String("tls-cert", "", "TLS certificate (PEM); without it the connection is not encrypted")
@@ -90,7 +93,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	logger := log.New(stderr, "fedpq server: ", log.LstdFlags)
 	cfg := transport.ServerConfig{
-		Run: c, MinClients: *minClients, Gather: *gather, RoundTimeout: *timeout, Token: *token, Log: logger,
+		Run: c, MinClients: *minClients, Gather: *gather, Grace: *grace, RoundTimeout: *timeout,
+		KeyShareTimeout: min(*keyShares, *timeout/2), JoinTimeout: *joinTimeout, Token: *token, Log: logger,
 	}
 	if *rosterPath != "" {
 		r, err := transport.LoadRoster(*rosterPath)

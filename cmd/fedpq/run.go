@@ -242,6 +242,9 @@ func runProgress(c experiment.Config, w io.Writer, quiet bool) (func(report.Roun
 	}
 	if !isTerminal(w) {
 		return func(r report.Round) {
+			if r.Discarded != "" {
+				fmt.Fprintf(w, "round %d/%d  aggregate discarded: %s\n", r.Round, c.Rounds, r.Discarded)
+			}
 			if r.Accuracy != nil {
 				fmt.Fprintf(w, "round %d/%d  accuracy %.4f  loss %.4f  eps spent %g  %.1fs\n",
 					r.Round, c.Rounds, *r.Accuracy, *r.Loss, r.EpsilonSpent, r.Seconds)
@@ -258,6 +261,9 @@ func runProgress(c experiment.Config, w io.Writer, quiet bool) (func(report.Roun
 	)
 	acc := "-"
 	return func(r report.Round) {
+			if r.Discarded != "" {
+				fmt.Fprintf(w, "\rround %d: aggregate discarded: %s\n", r.Round, r.Discarded)
+			}
 			if r.Accuracy != nil {
 				acc = fmt.Sprintf("%.2f%%", 100**r.Accuracy)
 			}
