@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net"
 	"os"
@@ -146,7 +148,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	server := fs.String("server", "127.0.0.1:7070", "the server's address (host:port)")
 	partition := fs.String("partition", "", "this client's partition: K/N, client K of the run's N (0 <= K < N)")
 	dataDir := fs.String("data-dir", "", "directory of the dataset files (default $FEDPQ_DATA, else ./data)")
-	keyPath := fs.String("key", "", "identity key (fedpq keygen); without it a new key for this run only")
+	keyPath := fs.String("key", "", "identity key (fedpq keygen); default: client-K-of-N.key in the user's config directory (fedpq/), made on first use")
 	token := fs.String("token", "", "the server's join token (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "roster file: check partners' key shares against it, not against the server's word")
 	ca := fs.String("tls-ca", "", "CA certificate (PEM) to check the server's TLS certificate with")
@@ -168,12 +170,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg := transport.ClientConfig{
 		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Token: *token, RetryFor: *retry, Log: logger,
 	}
-	if *keyPath != "" {
-		if cfg.Key, err = transport.LoadKey(*keyPath); err != nil {
-			return err
-		}
-	} else {
-		cfg.Key = transport.NewKey()
+	if cfg.Key, err = clientKey(*keyPath, k, n, logger); err != nil {
+		return err
 	}
 	if *rosterPath != "" {
 		if cfg.Roster, err = transport.LoadRoster(*rosterPath); err != nil {
@@ -214,6 +212,34 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "run finished after %d rounds\n", fin.GetRounds())
 	return nil
+}
+
+// clientKey loads the identity key at path, or, without one, the client's
+// default key for partition K of N, made on first use: a token-mode server
+// pins an id to the first key that joins as it, so a client that restarts
+// must come back with the same key.
+func clientKey(path string, k, n int, logger *log.Logger) (ed25519.PrivateKey, error) {
+	if path != "" {
+		return transport.LoadKey(path)
+	}
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		logger.Printf("no --key and no config directory (%v): a new identity key for this process only", err)
+		return transport.NewKey(), nil
+	}
+	path = filepath.Join(dir, "fedpq", fmt.Sprintf("client-%d-of-%d.key", k, n))
+	if key, err := transport.LoadKey(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return key, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	key := transport.NewKey()
+	if err := transport.SaveKey(path, key); err != nil {
+		return nil, err
+	}
+	logger.Printf("made an identity key for client %d of %d in %s (roster line: %d %s)", k, n, path, k, transport.PublicString(key))
+	return key, nil
 }
 
 // parsePartitionFlag reads K/N.

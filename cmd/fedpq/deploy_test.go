@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"net"
 	"os"
@@ -63,7 +64,9 @@ type proc struct {
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, cmd: exec.Command(os.Args[0], args...), seen: make(chan struct{}), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "FEDPQ_TEST_MAIN=1")
+	// A client without --key keeps its key in the config directory: a
+	// test's, not the user's.
+	p.cmd.Env = append(os.Environ(), "FEDPQ_TEST_MAIN=1", "XDG_CONFIG_HOME="+t.TempDir())
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -267,4 +270,37 @@ func slicesContain(lines []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestClientKeyDefault: a client without --key makes its identity key once,
+// readable by its owner only, and comes back with the same key, as a
+// token-mode server that pinned it requires.
+func TestClientKeyDefault(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	var logb bytes.Buffer
+	logger := log.New(&logb, "", 0)
+	first, err := clientKey("", 3, 8, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := clientKey("", 3, 8, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := clientKey("", 4, 8, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Equal(again) || first.Equal(other) {
+		t.Error("client 3's default key changed between runs, or is client 4's")
+	}
+	path := filepath.Join(dir, "fedpq", "client-3-of-8.key")
+	info, err := os.Stat(path)
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("%s: %v, mode %v; want 0600", path, err, info.Mode())
+	}
+	if n := strings.Count(logb.String(), "made an identity key"); n != 2 {
+		t.Errorf("%d keys made, want 2:\n%s", n, logb.String())
+	}
 }
