@@ -88,8 +88,10 @@ type Server struct {
 	sealed int  // transfer mode: the size of a leader's sealed bits; 0 otherwise
 
 	mu       sync.Mutex
-	pins     *pins // token mode: each id's first key
-	pending  int   // streams that have not joined (yet)
+	pins     *pins                // token mode: each id's first key
+	pending  int                  // streams that have not joined (yet)
+	joined   map[uint32]time.Time // when each id last joined
+	refusals logWindow            // refused joins, logged at a bounded rate
 	sessions map[uint32]*session
 	changed  chan struct{} // closed, and replaced, whenever sessions or the round change
 	round    *serverRound  // the round under way, or nil
@@ -108,7 +110,34 @@ const (
 	// loggedRefusals is how many of a session's refusals per round are
 	// logged; the rest are counted, so that a flood cannot fill the log.
 	loggedRefusals = 3
+	// rejoinInterval is the least time between two joins of one id: a
+	// client that reconnects in a loop cannot flood the log either.
+	rejoinInterval = time.Second
+	// loggedJoinRefusals is how many refused joins are logged a minute.
+	loggedJoinRefusals = 10
 )
+
+// logWindow counts events per minute, to log the first few of each.
+type logWindow struct {
+	start  time.Time
+	n      int
+	missed int
+}
+
+// log reports whether an event now should be logged, and how many went
+// unlogged in the window that ended, if one did.
+func (w *logWindow) log(now time.Time, limit int) (ok bool, missed int) {
+	if now.Sub(w.start) >= time.Minute {
+		missed = w.missed
+		w.start, w.n, w.missed = now, 0, 0
+	}
+	w.n++
+	if w.n > limit {
+		w.missed++
+		return false, missed
+	}
+	return true, missed
+}
 
 // serverRound is the round under way.
 type serverRound struct {
@@ -260,7 +289,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	id := sha256.Sum256(y)
 	s := &Server{
 		cfg: cfg, su: su, eng: eng, rec: rec, runID: id[:16], yaml: y, log: cfg.Log,
-		fleet: fleet, paired: m.Coupling() == mech.Paired, pins: pinned,
+		fleet: fleet, paired: m.Coupling() == mech.Paired, pins: pinned, joined: map[uint32]time.Time{},
 		sessions: map[uint32]*session{}, changed: make(chan struct{}),
 	}
 	if s.paired && su.Engine.Transfer {
@@ -660,7 +689,15 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 	}
 	sess, err := s.join(ctx, m.GetJoin(), challenge, addr)
 	if err != nil {
-		s.log.Printf("refused a client at %s: %v", addr, err)
+		s.mu.Lock()
+		ok, missed := s.refusals.log(time.Now(), loggedJoinRefusals)
+		s.mu.Unlock()
+		if missed > 0 {
+			s.log.Printf("%d more refused joins in the last minute were not logged", missed)
+		}
+		if ok {
+			s.log.Printf("refused a client at %s: %v", addr, err)
+		}
 		return err
 	}
 	s.admitted()
@@ -776,6 +813,10 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 			return nil, status.Error(codes.PermissionDenied, err.Error())
 		}
 	}
+	if last, ok := s.joined[id]; ok && time.Since(last) < rejoinInterval {
+		cancel()
+		return nil, status.Errorf(codes.ResourceExhausted, "client %d joined less than %v ago; try again", id, rejoinInterval)
+	}
 	if err := s.eng.Enroll(int(id), sess.examples); err != nil {
 		cancel()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -786,6 +827,7 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 		s.drop(old)
 	}
 	s.sessions[id] = sess
+	s.joined[id] = time.Now()
 	s.notify()
 	sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Welcome{Welcome: &pb.Welcome{RoundsDone: uint32(s.eng.Done())}}})
 	if s.finished != nil {

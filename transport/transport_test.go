@@ -10,6 +10,8 @@ import (
 	"log"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -635,4 +637,99 @@ func TestDeadline(t *testing.T) {
 			t.Errorf("server log lacks %q", want)
 		}
 	}
+}
+
+// TestPinnedIdentity: in token mode an id belongs to the first identity
+// key that joined as it, across a restart of the server: another key is
+// refused, the pinned one admitted; a rejoin within a second is refused
+// until the second has passed.
+func TestPinnedIdentity(t *testing.T) {
+	c := runConfig(t, "ldpq", 2, 1)
+	first := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
+	owner := dial(t, first.addr)
+	if err := owner.join(0, 2, token); err != nil {
+		t.Fatal(err)
+	}
+	again := dial(t, first.addr)
+	again.key = owner.key
+	if err := again.join(0, 2, token); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "joined less than 1s ago") {
+		t.Errorf("a rejoin at once: %v", err)
+	}
+	first.cancel()
+	<-first.done
+
+	ts := serve(t, ServerConfig{Run: c}, first.addr)
+	impostor := dial(t, ts.addr)
+	if err := impostor.join(0, 2, token); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "another identity key") {
+		t.Errorf("another key as client 0 after a restart: %v", err)
+	}
+	back := dial(t, ts.addr)
+	back.key = owner.key
+	if err := back.join(0, 2, token); err != nil {
+		t.Errorf("the pinned key after a restart: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(c.Dir(), PinsFile))
+	if err != nil || !strings.HasPrefix(string(b), "0 "+PublicString(owner.key)+"\n") {
+		t.Errorf("%s: %q, %v", PinsFile, b, err)
+	}
+	if info, err := os.Stat(filepath.Join(c.Dir(), SecretFile)); err != nil || info.Mode().Perm() != 0o600 || info.Size() != 32 {
+		t.Errorf("%s: %v, %v", SecretFile, info, err)
+	}
+}
+
+// TestJoinLimits: a stream that does not join within the join timeout is
+// closed, and streams beyond MaxPending waiting to join are refused at
+// once; once they are gone, a client joins.
+func TestJoinLimits(t *testing.T) {
+	c := runConfig(t, "ldpq", 1, 1)
+	ts := serve(t, ServerConfig{Run: c, JoinTimeout: 3 * time.Second}, "127.0.0.1:0")
+	// Four streams a connection, the most a connection may hold, so that
+	// the limit met is the pending streams', not the connections'.
+	var conn *grpc.ClientConn
+	opened := 0
+	open := func() (pb.Federation_SessionClient, error) {
+		if opened%streamsPerConn == 0 {
+			var err error
+			if conn, err = grpc.NewClient(ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+				t.Fatal(err)
+			}
+			c := conn
+			t.Cleanup(func() { c.Close() })
+		}
+		opened++
+		stream, err := pb.NewFederationClient(conn).Session(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv() // the Hello, or why there is none
+		return stream, err
+	}
+	var idle []pb.Federation_SessionClient
+	refused := 0
+	for range ts.srv.MaxPending() + 5 {
+		s, err := open()
+		switch {
+		case err == nil:
+			idle = append(idle, s)
+		case status.Code(err) == codes.ResourceExhausted:
+			refused++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if len(idle) != ts.srv.MaxPending() || refused != 5 {
+		t.Errorf("%d streams waiting to join, %d refused; want %d and 5", len(idle), refused, ts.srv.MaxPending())
+	}
+	start := time.Now()
+	for _, s := range idle {
+		if _, err := s.Recv(); status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "no Join within 3s") {
+			t.Fatalf("an idle stream: %v", err)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("idle streams closed after %v, want about 3s", d)
+	}
+	cl := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 1})
+	ts.wait(t)
+	cl.wait(t)
 }

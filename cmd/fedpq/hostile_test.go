@@ -125,6 +125,15 @@ func TestHostile(t *testing.T) {
 		if err := imp.join(0, 100); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "another identity key") {
 			t.Errorf("an impostor as client 0: %v", err)
 		}
+		// And 100 joins with a wrong token: refused, 10 a minute logged.
+		for range 100 {
+			s := h.dial(t)
+			s.token = "wrong"
+			if err := s.join(0, 100); status.Code(err) != codes.PermissionDenied {
+				t.Fatalf("a join with a wrong token: %v", err)
+			}
+			s.conn.Close()
+		}
 		junk := make([]byte, 60_000)
 		sent := 0
 		for ; sent < 1000; sent++ {
@@ -164,10 +173,13 @@ func TestHostile(t *testing.T) {
 		h.attacker(bad, 0).sitOut(rounds - 4)
 		h.finish(t, every(n-1))
 		lines := h.server.lines()
-		refusals := 0
+		refusals, joins := 0, 0
 		for _, l := range lines {
 			if strings.Contains(l, fmt.Sprintf("client %d: refused", bad)) {
 				refusals++
+			}
+			if strings.Contains(l, "refused a client at") {
+				joins++
 			}
 			for k := range n - 1 {
 				if strings.Contains(l, fmt.Sprintf("client %d disconnected", k)) {
@@ -177,8 +189,8 @@ func TestHostile(t *testing.T) {
 		}
 		// At most 4 lines of refusals per round, and a few lines per
 		// client and round besides.
-		if refusals > 4*rounds || len(lines) > 4*rounds+3*n {
-			t.Errorf("%d log lines, %d of them the attacker's refusals", len(lines), refusals)
+		if refusals > 4*rounds || joins > 10 || len(lines) > 4*rounds+3*n+10 {
+			t.Errorf("%d log lines, %d of them the attacker's refusals, %d refused joins", len(lines), refusals, joins)
 		}
 	})
 
@@ -334,6 +346,7 @@ type attacker struct {
 	hello  *pb.Hello
 	key    ed25519.PrivateKey
 	id     uint32
+	token  string
 }
 
 // dial opens a session and reads the server's Hello.
@@ -357,24 +370,33 @@ func (h *hostileRun) dial(t *testing.T) *attacker {
 		t.Fatal(err)
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	return &attacker{t: t, h: h, conn: conn, stream: stream, hello: m.GetHello(), key: key}
+	return &attacker{t: t, h: h, conn: conn, stream: stream, hello: m.GetHello(), key: key, token: hostileToken}
 }
 
 // attacker joins as client id, claiming the examples given (0: 100), with
 // the same identity key every time it joins a run.
+// A join within a second of the id's last is refused: it retries, as a
+// client does.
 func (h *hostileRun) attacker(id uint32, examples uint64) *attacker {
-	a := h.dial(h.t)
-	if h.key == nil {
-		h.key = a.key
-	}
-	a.key, a.id = h.key, id
 	if examples == 0 {
 		examples = 100
 	}
-	if err := a.join(id, examples); err != nil {
-		h.t.Fatalf("the attacker's join: %v", err)
+	for {
+		a := h.dial(h.t)
+		if h.key == nil {
+			h.key = a.key
+		}
+		a.key, a.id = h.key, id
+		err := a.join(id, examples)
+		if err == nil {
+			return a
+		}
+		if status.Code(err) != codes.ResourceExhausted {
+			h.t.Fatalf("the attacker's join: %v", err)
+		}
+		a.conn.Close()
+		time.Sleep(250 * time.Millisecond)
 	}
-	return a
 }
 
 // signed is transport's signing format (auth.go), written out as a client
@@ -390,7 +412,7 @@ func signed(context string, fields ...[]byte) []byte {
 
 func (a *attacker) join(id uint32, examples uint64) error {
 	err := a.send(&pb.ClientMessage{Body: &pb.ClientMessage_Join{Join: &pb.Join{
-		Client: id, Clients: uint32(*hostileClients), Identity: a.key.Public().(ed25519.PublicKey), Token: hostileToken,
+		Client: id, Clients: uint32(*hostileClients), Identity: a.key.Public().(ed25519.PublicKey), Token: a.token,
 		Examples:  examples,
 		Signature: ed25519.Sign(a.key, signed("join", a.hello.GetRunId(), a.hello.GetChallenge(), binary.BigEndian.AppendUint32(nil, id))),
 	}}})
