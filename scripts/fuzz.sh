@@ -6,6 +6,8 @@
 # The default test suite runs only each target's seed corpus; this script
 # searches beyond it. A failure stops the script and leaves the input that
 # caused it under the package's testdata/fuzz/, which then becomes a seed.
+# New inputs are minimized for at most 10 s, so that large seeds (whole
+# uploads) do not stall the search.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 time=${1:-60s}
@@ -15,6 +17,6 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
   grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | sed 's/^func //' | while read -r target; do
     [[ $target =~ $match ]] || continue
     echo "== $pkg $target ($time)"
-    go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$time"
+    go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$time" -fuzzminimizetime 10s
   done
 done
