@@ -250,6 +250,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	y, err := c.YAML()
+	if err != nil {
+		return nil, err
+	}
+	resume, err := resumable(c.Dir(), y)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(c.Dir(), 0o755); err != nil {
 		return nil, err
 	}
@@ -271,14 +279,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		Model: su.Model, Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
 		Secret: secret,
 	})
-	if err != nil {
-		return nil, err
-	}
-	y, err := c.YAML()
-	if err != nil {
-		return nil, err
-	}
-	resume, err := resumable(c.Dir(), y)
 	if err != nil {
 		return nil, err
 	}
@@ -986,10 +986,16 @@ func (s *Server) upload(sess *session, u *pb.Upload) error {
 	err := rd.plan.Add(pos, fl.Upload{Payloads: u.GetPayloads(), Examples: sess.examples, Loss: u.GetLoss()})
 	if err != nil {
 		rd.state[pos] = refused
-		s.partnerGone(rd, pos)
 		err = fmt.Errorf("round %d: %w", u.GetRound(), err)
 	} else {
 		rd.state[pos] = uploaded
+	}
+	// A client that uploads has sent all it will: if it is refused, or
+	// in transfer mode sent no sealed bits, a partner still waiting for
+	// it (a follower waits for the leader's bits) stops waiting. A partner
+	// that has what it needs is past pairing and ignores this.
+	if err != nil || s.sealed != 0 && !rd.sealed[pos] {
+		s.partnerGone(rd, pos)
 	}
 	s.notify()
 	return err

@@ -733,3 +733,45 @@ func TestJoinLimits(t *testing.T) {
 	ts.wait(t)
 	cl.wait(t)
 }
+
+// TestUploadWithoutSealedBits: in transfer mode a client that pairs and
+// uploads but never sends the leader's sealed bits does not hold its
+// partner until the deadline: whatever the roles, the partner is told when
+// the upload arrives, and the round ends at once with both uploads.
+func TestUploadWithoutSealedBits(t *testing.T) {
+	c := runConfig(t, "corbin", 2, 1)
+	c.Transfer = true
+	ts := serve(t, ServerConfig{Run: c, RoundTimeout: time.Minute}, "127.0.0.1:0")
+	r := dial(t, ts.addr)
+	if err := r.join(1, 2, token); err != nil {
+		t.Fatal(err)
+	}
+	honest := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 2})
+	rs := r.next(t, func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil }).GetRoundStart()
+	start := time.Now()
+	me, err := corr.NewIdentity(corr.Key([]byte("silent leader"), "x25519", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := me.Public()
+	r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_KeyShare{KeyShare: &pb.KeyShare{
+		Round: 1, Client: 1, Partner: 0, PublicKey: pub,
+		Signature: ed25519.Sign(r.key, keyShareSigned(r.hello.GetRunId(), 1, 1, 0, pub)),
+	}}})
+	var payloads [][]byte
+	for _, g := range rs.GetGlobal() {
+		payloads = append(payloads, make([]byte, (len(g)/4+7)/8)) // corbin: a bit per parameter
+	}
+	r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Payloads: payloads, Loss: 0.5}}})
+	if rc := r.next(t, func(m *pb.ServerMessage) bool { return m.GetReceipt() != nil }).GetReceipt(); !rc.GetAccepted() {
+		t.Fatalf("the upload was refused: %s", rc.GetError())
+	}
+	ts.wait(t)
+	honest.wait(t)
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the round took %v: its honest client waited for sealed bits that never came", d)
+	}
+	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[2]" {
+		t.Errorf("uploads per round %s, want [2]", got)
+	}
+}
