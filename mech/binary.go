@@ -268,18 +268,62 @@ func (s *bitSum) Mean(dst []float64) error {
 		return err
 	}
 	s.flush()
-	inv := 1 / float64(s.count)
-	for i, c := range s.counts {
+	decodeOnes(dst, s.counts, s.count, s.zero, s.one)
+	return nil
+}
+
+// decodeOnes writes the mean of count clients' one-bit outputs, given
+// the number of ones per coordinate: bitSum's Mean and every one-bit
+// DecodeSum, which must agree bit for bit.
+func decodeOnes[T uint32 | uint64](dst []float64, ones []T, count int, zero, one float64) {
+	inv := 1 / float64(count)
+	for i, c := range ones {
 		f := float64(c) * inv
-		dst[i] = s.one*f + s.zero*(1-f)
+		dst[i] = one*f + zero*(1-f)
 	}
+}
+
+// bitFields is the Integer side of every one-bit mechanism (the eps-LDP
+// ones and cq): one field per parameter, the bit itself.
+type bitFields struct{}
+
+func (bitFields) Fields(n int) int { return n }
+func (bitFields) Levels() uint64   { return 2 }
+
+// Unpack refuses what bitSum.Add refuses (checkBits) and writes the bits.
+func (bitFields) Unpack(dst []uint64, payload []byte, n int) error {
+	if n < 0 {
+		return fmt.Errorf("mech: negative tensor size %d", n)
+	}
+	if len(dst) != n {
+		return fmt.Errorf("mech: field buffer has length %d, want %d", len(dst), n)
+	}
+	if err := checkBits(payload, n); err != nil {
+		return err
+	}
+	for i := range dst {
+		dst[i] = uint64(payload[i>>3] >> (i & 7) & 1)
+	}
+	return nil
+}
+
+// decodeBitSum is DecodeSum for a one-bit mechanism whose bits decode to
+// zero and one.
+func decodeBitSum(dst []float64, sum []uint64, count int, zero, one float64) error {
+	if err := checkSum(bitFields{}, dst, sum, count); err != nil {
+		return err
+	}
+	decodeOnes(dst, sum, count, zero, one)
 	return nil
 }
 
 // oneBit is what the eps-LDP one-bit mechanisms (ldpq, corbin, augcorbin,
 // coq) share: one bit per parameter, the server's counting sum, and one
 // client's variance. They differ only in the words V their clients draw.
-type oneBit struct{ eps float64 }
+type oneBit struct {
+	bitFields
+	eps float64
+}
 
 func (oneBit) Bits(n int) int { return n }
 
@@ -289,6 +333,16 @@ func (m oneBit) NewSum(n int, rg Range) (Sum, error) {
 		return nil, err
 	}
 	return newBitSum(n, b.c-b.out, b.c+b.out)
+}
+
+// DecodeSum decodes the number of ones per coordinate to c ± out, as
+// bitSum.Mean does; slots are ignored (nothing is subtracted).
+func (m oneBit) DecodeSum(dst []float64, sum []uint64, count int, rg Range, _ []Slot) error {
+	b, err := newBinq(m.eps, rg)
+	if err != nil {
+		return err
+	}
+	return decodeBitSum(dst, sum, count, b.c-b.out, b.c+b.out)
 }
 
 // Variance is out^2 - (E[Q(w)] - c)^2: one client's, whatever its role,

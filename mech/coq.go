@@ -68,7 +68,7 @@ func newCoQ(c Config) (Mechanism, error) {
 		cum += math.Pow(c.Px, float64(ones)) * math.Pow(1-c.Px, float64(int(d)-ones))
 	}
 	kb[size] = 1 << k
-	m := &coq{oneBit: oneBit{c.Epsilon}, d: d, k: k, kb: kb, start: make([]uint64, size), width: make([]uint64, size)}
+	m := &coq{oneBit: oneBit{eps: c.Epsilon}, d: d, k: k, kb: kb, start: make([]uint64, size), width: make([]uint64, size)}
 	for s := range size {
 		w := kb[s+1] - kb[s]
 		if kb[s+1] < kb[s] || w == 1<<k {

@@ -51,7 +51,7 @@ func newCorBin(name string, c Config, gamma float64) (Mechanism, error) {
 	if c.SharedBits < 1 || c.SharedBits > 32 {
 		return nil, fmt.Errorf("mech: %s shared bits %d must be in 1..32", name, c.SharedBits)
 	}
-	return corbin{oneBit: oneBit{c.Epsilon}, name: name, d: uint(c.SharedBits), gamma: gamma}, nil
+	return corbin{oneBit: oneBit{eps: c.Epsilon}, name: name, d: uint(c.SharedBits), gamma: gamma}, nil
 }
 
 func (m corbin) Name() string       { return m.name }

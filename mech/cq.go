@@ -28,7 +28,12 @@ func init() {
 //
 // Output c+r (bit 1) or c-r (bit 0); P(1|w) = x up to 2^-63, so it is
 // unbiased to that precision. No privacy: it is not LDP.
-type cq struct{}
+//
+// Integer: the decode does not depend on the client's position in the group
+// (Slot.Index only places its private draw in the stratified sample), so
+// the number of ones per coordinate decodes to the mean as it does for the
+// eps-LDP one-bit mechanisms.
+type cq struct{ bitFields }
 
 func (cq) Name() string       { return "cq" }
 func (cq) Coupling() Coupling { return Grouped }
@@ -81,6 +86,15 @@ func (cq) NewSum(n int, rg Range) (Sum, error) {
 		return nil, err
 	}
 	return newBitSum(n, rg.Center-rg.Radius, rg.Center+rg.Radius)
+}
+
+// DecodeSum decodes the number of ones per coordinate to c ± r, as its
+// Sum does; slots are ignored.
+func (cq) DecodeSum(dst []float64, sum []uint64, count int, rg Range, _ []Slot) error {
+	if err := rg.Validate(); err != nil {
+		return err
+	}
+	return decodeBitSum(dst, sum, count, rg.Center-rg.Radius, rg.Center+rg.Radius)
 }
 
 // Support is the radius: the decoder outputs c ± r.

@@ -158,8 +158,7 @@ type jopeqScalar struct {
 	low    int64 // h
 	noise  indexNoise
 	cell   lattice.Scalar
-	tLo    float64 // t(0)
-	tHi    float64 // t(N-1)
+	shift  float64 // t(N-1) - (N-1) = -t(0): how far the server moves the end indices
 	rrBeta float64 // Rate 1: P(k = 1 | k0 = 0)
 }
 
@@ -181,8 +180,7 @@ func newJopeqScalar(eps float64, rate int) (*jopeqScalar, error) {
 			return nil, fmt.Errorf("mech: jopeq: epsilon %v: %w", eps, err)
 		}
 		m.rrBeta = m.noise.tail(1)
-		m.tLo = -m.rrBeta / (1 - 2*m.rrBeta)
-		m.tHi = (1 - m.rrBeta) / (1 - 2*m.rrBeta)
+		m.shift = m.rrBeta / (1 - 2*m.rrBeta)
 		return m, nil
 	}
 	var best *jopeqScalar
@@ -196,8 +194,7 @@ func newJopeqScalar(eps float64, rate int) (*jopeqScalar, error) {
 			}
 			break
 		}
-		mean, _ := m.noise.overshoot()
-		m.tLo, m.tHi = -mean, float64(levels-1)+mean
+		m.shift, _ = m.noise.overshoot()
 		// V(k0) is largest at the middle index, farthest from both ends.
 		v := max(m.indexVar(m.low+d/2), m.indexVar(m.low+(d+1)/2)) + 1.0/12
 		if v *= m.cell.Step * m.cell.Step; v < bestVar {
@@ -252,17 +249,6 @@ func (m *jopeqScalar) indexVar(k0 int64) float64 {
 	return m.noise.variance() - (m.noise.tail(m.levels-1-k0)+m.noise.tail(k0))*ov
 }
 
-// t is the server's estimate of the unclamped index.
-func (m *jopeqScalar) t(k int64) float64 {
-	switch k {
-	case 0:
-		return m.tLo
-	case m.levels - 1:
-		return m.tHi
-	}
-	return float64(k)
-}
-
 // index returns SDQ's index k0 of normalized input u under dither d.
 func (m *jopeqScalar) index(u, d float64) int64 {
 	return m.low + min(max(m.cell.Nearest(u+1+d), 0), m.span)
@@ -295,10 +281,64 @@ func (m *jopeqScalar) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte,
 	return p.Bytes(), nil
 }
 
-func (m *jopeqScalar) NewSum(n int, rg Range) (Sum, error) {
-	return newLatticeSum(n, rg, m.rate, 1, uint64(m.levels), func(f uint32, d *wordReader) (float64, float64) {
-		return -1 + (m.t(int64(f))-float64(m.low))*m.cell.Step - m.cell.Dither(d.next()), 0
+func (m *jopeqScalar) NewSum(n int, rg Range) (Sum, error) { return newLatticeSum(n, rg, m) }
+
+// Fields is the index k of each parameter, then (Rate >= 2) its end mark
+// e = 1 + [k = N-1] - [k = 0], one per parameter. The server's estimate
+// of the unclamped index, t(k), moves the end indices, so it is affine in
+// (k, e), not in k: t(k) = k + shift*(e - 1). With Rate 1, t is affine in
+// k alone (e = 2k), and a payload has one field per parameter.
+func (m *jopeqScalar) Fields(n int) int {
+	if m.levels == 2 {
+		return n
+	}
+	return 2 * n
+}
+
+// Levels is 2^Rate, which bounds the end marks too (Rate >= 2).
+func (m *jopeqScalar) Levels() uint64      { return uint64(m.levels) }
+func (m *jopeqScalar) ditherLen(n int) int { return n }
+
+func (m *jopeqScalar) Unpack(dst []uint64, payload []byte, n int) error {
+	if err := checkFieldBuf(m, dst, n); err != nil {
+		return err
+	}
+	top := uint32(m.levels - 1)
+	return unpackCodes(payload, n, m.rate, uint64(m.levels), func(i int, k uint32) {
+		dst[i] = uint64(k)
+		if m.levels > 2 {
+			e := uint64(1)
+			switch k {
+			case 0:
+				e = 0
+			case top:
+				e = 2
+			}
+			dst[n+i] = e
+		}
 	})
+}
+
+func (m *jopeqScalar) addDither(dsum []float64, src corr.Source) { addScalarDither(dsum, m.cell, src) }
+
+// decode is c + r(Delta*(mean t(k) - h) - mean dither - 1), with the sum of
+// t(k) over count clients sum k + shift*(sum e - count).
+func (m *jopeqScalar) decode(dst []float64, sum []uint64, dsum []float64, count int, rg Range) {
+	n := len(dst)
+	inv, cnt := 1/float64(count), int64(count)
+	for i := range dst {
+		k := int64(sum[i])
+		e := 2*k - cnt
+		if m.levels > 2 {
+			e = int64(sum[n+i]) - cnt
+		}
+		t := float64(k-cnt*m.low) + m.shift*float64(e)
+		dst[i] = rg.Center + rg.Radius*((t*m.cell.Step-dsum[i])*inv-1)
+	}
+}
+
+func (m *jopeqScalar) DecodeSum(dst []float64, sum []uint64, count int, rg Range, slots []Slot) error {
+	return decodeLatticeSum(m, dst, sum, count, rg, slots)
 }
 
 // checkJopeq is the common validation of a private dithered Encode.
@@ -346,6 +386,7 @@ type jopeqHex struct {
 	rate   int
 	radius int64 // M
 	ball   *lattice.HexCode
+	ballf  hexFields // the ball's points as integer fields
 	hex    lattice.Hex
 	cover  *lattice.HexCode
 	sens   int64 // H
@@ -365,6 +406,7 @@ func newJopeqHex(eps float64, rate int) (*jopeqHex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mech: jopeq: %w", err)
 	}
+	ballf := newHexFields(ball)
 	var best *jopeqHex
 	bestCost := math.Inf(1)
 	for in := int64(1); in <= radius; in++ {
@@ -376,7 +418,7 @@ func newJopeqHex(eps float64, rate int) (*jopeqHex, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mech: jopeq: %w", err)
 		}
-		m := &jopeqHex{eps: eps, rate: rate, radius: radius, ball: ball, hex: lattice.Hex{Step: step}, cover: cover, sens: coverSpan(cover)}
+		m := &jopeqHex{eps: eps, rate: rate, radius: radius, ball: ball, ballf: ballf, hex: lattice.Hex{Step: step}, cover: cover, sens: coverSpan(cover)}
 		if m.noise, err = newIndexNoise(float64(m.sens) / eps); err != nil {
 			if best == nil {
 				return nil, fmt.Errorf("mech: jopeq: epsilon %v: %w", eps, err)
@@ -491,12 +533,31 @@ func (m *jopeqHex) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, er
 	return p.Bytes(), nil
 }
 
-func (m *jopeqHex) NewSum(n int, rg Range) (Sum, error) {
-	return newLatticeSum(n, rg, 2*m.rate, 2, uint64(m.ball.Len()), func(f uint32, d *wordReader) (float64, float64) {
-		dx, dy := m.hex.Dither(d.next(), d.next())
-		x, y := m.hex.Point(m.ball.At(int(f)))
-		return x - dx, y - dy
-	})
+func (m *jopeqHex) NewSum(n int, rg Range) (Sum, error) { return newLatticeSum(n, rg, m) }
+
+// Fields is the two lattice coordinates of each pair's point, shifted by
+// M: the point is linear in them, where its index in the ball is not.
+func (m *jopeqHex) Fields(n int) int    { return 2 * latticeFields(n, 2) }
+func (m *jopeqHex) ditherLen(n int) int { return m.Fields(n) }
+
+// Levels is 2M+1, the span of the ball's coordinates.
+func (m *jopeqHex) Levels() uint64 { return m.ballf.levels }
+
+func (m *jopeqHex) Unpack(dst []uint64, payload []byte, n int) error {
+	if err := checkFieldBuf(m, dst, n); err != nil {
+		return err
+	}
+	return m.ballf.unpack(dst, payload, n, 2*m.rate)
+}
+
+func (m *jopeqHex) addDither(dsum []float64, src corr.Source) { addHexDither(dsum, m.hex, src) }
+
+func (m *jopeqHex) decode(dst []float64, sum []uint64, dsum []float64, count int, rg Range) {
+	m.ballf.decode(dst, sum, dsum, count, rg, m.hex)
+}
+
+func (m *jopeqHex) DecodeSum(dst []float64, sum []uint64, count int, rg Range, slots []Slot) error {
+	return decodeLatticeSum(m, dst, sum, count, rg, slots)
 }
 
 // Support is r times the decoder's reach: -1 + (t - h) Delta minus a
@@ -505,8 +566,8 @@ func (m *jopeqScalar) Support(rg Range) (float64, error) {
 	if err := rg.Validate(); err != nil {
 		return 0, err
 	}
-	lo := -1 + (m.tLo-float64(m.low))*m.cell.Step
-	hi := -1 + (m.tHi-float64(m.low))*m.cell.Step
+	lo := -1 + (-m.shift-float64(m.low))*m.cell.Step
+	hi := -1 + (float64(m.levels-1)+m.shift-float64(m.low))*m.cell.Step
 	return rg.Radius * (max(-lo, hi) + m.cell.Step/2), nil
 }
 

@@ -107,6 +107,26 @@ func (m *laplaceSDQ) NewSum(n int, rg Range) (Sum, error) {
 	return m.q.NewSum(n, wide)
 }
 
+// Fields, Levels and Unpack are sdq's: the noise is added before the
+// quantizer, so the payload is an sdq payload on the widened range.
+func (m *laplaceSDQ) Fields(n int) int { return m.q.Fields(n) }
+func (m *laplaceSDQ) Levels() uint64   { return m.q.Levels() }
+func (m *laplaceSDQ) Unpack(dst []uint64, payload []byte, n int) error {
+	return m.q.Unpack(dst, payload, n)
+}
+
+// DecodeSum is sdq's on the widened range (c, r'), as its Sum is.
+func (m *laplaceSDQ) DecodeSum(dst []float64, sum []uint64, count int, rg Range, slots []Slot) error {
+	if err := rg.Validate(); err != nil {
+		return err
+	}
+	_, wide, err := m.plan(rg)
+	if err != nil {
+		return err
+	}
+	return m.q.DecodeSum(dst, sum, count, wide, slots)
+}
+
 // Variance is Var[Q(w)]: the variance of the clipped Laplace value,
 // clamp(L, -a', a) with a = r' - x, a' = r' + x, x = clip(w) - c,
 // E Y = b/2 (e^(-a'/b) - e^(-a/b)),

@@ -26,7 +26,7 @@ func newLDPQ(c Config) (Mechanism, error) {
 	if err := c.ValidateEpsilon(); err != nil {
 		return nil, err
 	}
-	return ldpq{oneBit{c.Epsilon}}, nil
+	return ldpq{oneBit{eps: c.Epsilon}}, nil
 }
 
 func (ldpq) Name() string       { return "ldpq" }

@@ -79,6 +79,7 @@ type sdq struct {
 	scalar    lattice.Scalar   // L = 1, in normalized units
 	hex       lattice.Hex      // L = 2, in normalized units
 	code      *lattice.HexCode // L = 2 codebook
+	hexf      hexFields        // L = 2: the codebook's points as integer fields
 }
 
 func newSDQ(rate, dim int) (*sdq, error) {
@@ -95,6 +96,7 @@ func newSDQ(rate, dim int) (*sdq, error) {
 	if m.code, err = lattice.HexCover(step, 1); err != nil {
 		return nil, fmt.Errorf("mech: sdq: %w", err)
 	}
+	m.hexf = newHexFields(m.code)
 	return m, nil
 }
 
@@ -151,27 +153,56 @@ func (m *sdq) encode(dst []byte, n int, u func(int) float64, shared corr.Source)
 	return p.Bytes(), nil
 }
 
-func (m *sdq) NewSum(n int, rg Range) (Sum, error) {
-	return newLatticeSum(n, rg, m.rate*m.dim, m.dim, m.limit(), m.decode)
-}
+func (m *sdq) NewSum(n int, rg Range) (Sum, error) { return newLatticeSum(n, rg, m) }
 
-// limit is the number of valid field values.
-func (m *sdq) limit() uint64 {
+// Fields is one index per parameter (L = 1), or the two lattice
+// coordinates of each pair's point (L = 2), in which the point is linear
+// where its codebook index is not.
+func (m *sdq) Fields(n int) int    { return m.dim * latticeFields(n, m.dim) }
+func (m *sdq) ditherLen(n int) int { return m.Fields(n) }
+
+// Levels is 2^Rate (L = 1), or the span of the codebook's coordinates.
+func (m *sdq) Levels() uint64 {
 	if m.dim == 1 {
 		return uint64(1) << m.rate
 	}
-	return uint64(m.code.Len())
+	return m.hexf.levels
 }
 
-// decode turns field f, with the shared words it consumes, into normalized
-// coordinates.
-func (m *sdq) decode(f uint32, d *wordReader) (float64, float64) {
-	if m.dim == 1 {
-		return -1 + m.scalar.Point(int64(f)) - m.scalar.Dither(d.next()), 0
+func (m *sdq) Unpack(dst []uint64, payload []byte, n int) error {
+	if err := checkFieldBuf(m, dst, n); err != nil {
+		return err
 	}
-	dx, dy := m.hex.Dither(d.next(), d.next())
-	x, y := m.hex.Point(m.code.At(int(f)))
-	return x - dx, y - dy
+	if m.dim == 1 {
+		return unpackCodes(payload, n, m.rate, uint64(1)<<m.rate, func(i int, f uint32) { dst[i] = uint64(f) })
+	}
+	return m.hexf.unpack(dst, payload, n, 2*m.rate)
+}
+
+func (m *sdq) addDither(dsum []float64, src corr.Source) {
+	if m.dim == 1 {
+		addScalarDither(dsum, m.scalar, src)
+		return
+	}
+	addHexDither(dsum, m.hex, src)
+}
+
+// decode is c + r(mean point - mean dither): for L = 1 the point of
+// index k is -1 + k Delta, so count clients' points sum to
+// Delta*(sum k) - count.
+func (m *sdq) decode(dst []float64, sum []uint64, dsum []float64, count int, rg Range) {
+	if m.dim == 2 {
+		m.hexf.decode(dst, sum, dsum, count, rg, m.hex)
+		return
+	}
+	inv := 1 / float64(count)
+	for i := range dst {
+		dst[i] = rg.Center + rg.Radius*((m.scalar.Point(int64(sum[i]))-dsum[i])*inv-1)
+	}
+}
+
+func (m *sdq) DecodeSum(dst []float64, sum []uint64, count int, rg Range, slots []Slot) error {
+	return decodeLatticeSum(m, dst, sum, count, rg, slots)
 }
 
 // latticeFields is the number of fields of n parameters: one per
@@ -223,60 +254,6 @@ func (r *wordReader) next() uint64 {
 	v := r.buf[r.pos]
 	r.pos++
 	return v
-}
-
-// latticeSum is the streaming sum of the sdq family: payloads of fields of
-// a fixed width, one per parameter (dim 1) or per pair (dim 2), each
-// decoded with the client's dither into normalized coordinates.
-type latticeSum struct {
-	rg     Range
-	n, dim int
-	width  int
-	limit  uint64
-	decode func(f uint32, d *wordReader) (float64, float64)
-	meanSum
-}
-
-func newLatticeSum(n int, rg Range, width, dim int, limit uint64, decode func(uint32, *wordReader) (float64, float64)) (*latticeSum, error) {
-	if n < 0 {
-		return nil, fmt.Errorf("mech: negative tensor size %d", n)
-	}
-	if err := rg.Validate(); err != nil {
-		return nil, err
-	}
-	return &latticeSum{rg: rg, n: n, dim: dim, width: width, limit: limit, decode: decode, meanSum: meanSum{sum: make([]float64, n)}}, nil
-}
-
-// Add validates the whole payload (length, padding, every index inside the
-// codebook) before it draws any dither, so a rejected payload leaves both
-// the sum and the dither stream untouched.
-func (s *latticeSum) Add(payload []byte, sl Slot) error {
-	if sl.Shared == nil {
-		return fmt.Errorf("mech: a dithered sum needs the client's dither stream (Slot.Shared is nil)")
-	}
-	fields := latticeFields(s.n, s.dim)
-	u, err := wire.NewUnpacker(payload, fields, s.width)
-	if err != nil {
-		return fmt.Errorf("mech: %w", err)
-	}
-	if s.limit < uint64(1)<<s.width {
-		for i := range fields {
-			if f := u.Next(); uint64(f) >= s.limit {
-				return fmt.Errorf("mech: field %d is %d, outside the codebook of %d points", i, f, s.limit)
-			}
-		}
-		u, _ = wire.NewUnpacker(payload, fields, s.width)
-	}
-	d := newWordReader(sl.Shared, s.dim*fields)
-	for i := 0; i < s.n; i += s.dim {
-		x, y := s.decode(u.Next(), d)
-		s.sum[i] += s.rg.Center + s.rg.Radius*x
-		if s.dim == 2 && i+1 < s.n {
-			s.sum[i+1] += s.rg.Center + s.rg.Radius*y
-		}
-	}
-	s.count++
-	return nil
 }
 
 // hexReach is the largest coordinate, in absolute value, of a point of
