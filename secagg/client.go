@@ -42,6 +42,7 @@ type Client struct {
 	sSeed     [32]byte
 	b         [32]byte
 	keys      map[uint64]Advertised // neighbours' keys, after Share
+	openKeys  map[uint64][32]byte   // keys that open each neighbour's shares, after Share
 	own       []byte                // own shares of b and the s seed
 	held      map[uint64][]byte     // neighbours' shares of their b and s seed, after Mask
 	step      int
@@ -136,11 +137,18 @@ func (cl *Client) Share(keys map[uint64]Advertised) (map[uint64][]byte, error) {
 	}
 	cl.own = append(bs[0], ss[0]...)
 	out := make(map[uint64][]byte, len(holders)-1)
+	cl.openKeys = make(map[uint64][32]byte, len(holders)-1)
 	for k, j := range holders[1:] {
-		key, err := cl.shareKey(j, cl.id, j)
+		pub, err := ecdh.X25519().NewPublicKey(cl.keys[j].C)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("secagg: %w", err)
 		}
+		secret, err := cl.c.ECDH(pub)
+		if err != nil {
+			return nil, fmt.Errorf("secagg: client %d's c key: %w", j, err)
+		}
+		key := shareKey(cl.p, secret, cl.id, j)
+		cl.openKeys[j] = shareKey(cl.p, secret, j, cl.id)
 		plain := binary.LittleEndian.AppendUint64(nil, cl.id)
 		plain = binary.LittleEndian.AppendUint64(plain, j)
 		plain = append(append(plain, bs[k+1]...), ss[k+1]...)
@@ -158,17 +166,10 @@ func checkKeys(a Advertised) error {
 	return nil
 }
 
-// shareKey is the key that seals from's shares to to, agreed with peer.
-func (cl *Client) shareKey(peer, from, to uint64) ([32]byte, error) {
-	pub, err := ecdh.X25519().NewPublicKey(cl.keys[peer].C)
-	if err != nil {
-		return [32]byte{}, fmt.Errorf("secagg: %w", err)
-	}
-	secret, err := cl.c.ECDH(pub)
-	if err != nil {
-		return [32]byte{}, fmt.Errorf("secagg: client %d's c key: %w", peer, err)
-	}
-	return kdf(secret, cl.p.Seed, "share", cl.p.Round, from, to), nil
+// shareKey is the key that seals from's shares to to, from the agreement
+// of their c keys: one key per direction, each used once.
+func shareKey(p Params, secret []byte, from, to uint64) [32]byte {
+	return kdf(secret, p.Seed, "share", p.Round, from, to)
 }
 
 // Mask is step 2 (MaskedInput). x is the client's vector, each value below
@@ -188,12 +189,9 @@ func (cl *Client) Mask(x []uint64, sealed map[uint64][]byte) ([]uint64, error) {
 	}
 	cl.held = make(map[uint64][]byte, len(sealed))
 	for j, ct := range sealed {
-		if _, ok := cl.keys[j]; !ok {
+		key, ok := cl.openKeys[j]
+		if !ok {
 			return nil, fmt.Errorf("secagg: client %d: shares from %d, not a neighbour that advertised keys", cl.id, j)
-		}
-		key, err := cl.shareKey(j, j, cl.id)
-		if err != nil {
-			return nil, err
 		}
 		plain, err := open(key, ct)
 		if err != nil {

@@ -140,7 +140,8 @@ func SparseGraph(n int, corrupt, dropout float64) (degree, threshold int, err er
 	nc := int(math.Floor((corrupt + tiny) * float64(n)))
 	nd := int(math.Floor((dropout + tiny) * float64(n)))
 	logSec := -(securityBits + 1) * math.Ln2
-	logCor := -correctnessBits*math.Ln2 - math.Log(float64(n))
+	epsSec := math.Exp(logSec) / float64(n)
+	epsCor := math.Exp(-correctnessBits*math.Ln2) / float64(n)
 	for k := 2; ; k += 2 {
 		if k >= n-1 {
 			k = n - 1
@@ -152,13 +153,17 @@ func SparseGraph(n int, corrupt, dropout float64) (degree, threshold int, err er
 				continue
 			}
 		}
-		t := 1
-		for ; t <= k; t++ {
-			if logHyperTail(n-1, nc, k, t) <= logSec-math.Log(float64(n)) {
-				break
-			}
+		// t: the least value with P[A >= t] <= epsSec.
+		a := hyperPMF(n-1, nc, k)
+		t, tail := k+1, 0.0
+		for ; t > 0 && tail+a[t-1] <= epsSec; t-- {
+			tail += a[t-1]
 		}
-		if t <= k && logHyperHead(n-1, n-1-nd, k, t) <= logCor {
+		head := 0.0
+		for _, p := range hyperPMF(n-1, n-1-nd, k)[:min(t, k+1)] {
+			head += p
+		}
+		if t <= k && head <= epsCor {
 			return k, max(t, 2), nil
 		}
 		if k == n-1 {
@@ -172,44 +177,17 @@ func lfact(x int) float64 {
 	return v
 }
 
-// logHyperPMF is log P[X = x], X the number of marked items in k draws
-// without replacement from N items of which K are marked.
-func logHyperPMF(N, K, k, x int) float64 {
-	if x < 0 || x > K || x > k || k-x > N-K {
-		return math.Inf(-1)
-	}
-	return lfact(K) - lfact(x) - lfact(K-x) + lfact(N-K) - lfact(k-x) - lfact(N-K-k+x) -
-		(lfact(N) - lfact(k) - lfact(N-k))
-}
-
-// logHyperTail is log P[X >= t].
-func logHyperTail(N, K, k, t int) float64 {
-	return logSum(func(yield func(float64)) {
-		for x := t; x <= k; x++ {
-			yield(logHyperPMF(N, K, k, x))
+// hyperPMF returns P[X = x] for x = 0..k, X the number of marked items in
+// k draws without replacement from N items of which K are marked.
+func hyperPMF(N, K, k int) []float64 {
+	p := make([]float64, k+1)
+	for x := range p {
+		if x <= K && k-x <= N-K {
+			p[x] = math.Exp(lfact(K) - lfact(x) - lfact(K-x) + lfact(N-K) - lfact(k-x) - lfact(N-K-k+x) -
+				(lfact(N) - lfact(k) - lfact(N-k)))
 		}
-	})
-}
-
-// logHyperHead is log P[X < t].
-func logHyperHead(N, K, k, t int) float64 {
-	return logSum(func(yield func(float64)) {
-		for x := 0; x < t; x++ {
-			yield(logHyperPMF(N, K, k, x))
-		}
-	})
-}
-
-// logSum returns log Σ exp(v) over the values terms yields, without overflow.
-func logSum(terms func(func(float64))) float64 {
-	hi := math.Inf(-1)
-	terms(func(v float64) { hi = max(hi, v) })
-	if math.IsInf(hi, -1) {
-		return hi
 	}
-	s := 0.0
-	terms(func(v float64) { s += math.Exp(v - hi) })
-	return hi + math.Log(s)
+	return p
 }
 
 var errPhase = errors.New("secagg: step out of order")
