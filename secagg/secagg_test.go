@@ -56,7 +56,7 @@ func plainSum(in map[uint64][]uint64, skip []uint64, bits int) []uint64 {
 
 // shared plays steps 0 and 1 for ids and returns the server, the clients
 // and each client's delivered sealed shares.
-func shared(t *testing.T, p Params, ids []uint64, label string) (*Server, map[uint64]*Client, map[uint64]map[uint64][]byte) {
+func shared(t testing.TB, p Params, ids []uint64, label string) (*Server, map[uint64]*Client, map[uint64]map[uint64][]byte) {
 	t.Helper()
 	rng := corr.Derive([]byte(label), "clients")
 	srv, err := NewServer(p, ids)
