@@ -54,8 +54,9 @@ func (e *Engine) newAggregate(ranges []mech.Range, sel []int) (*aggregate, error
 
 // add decodes one upload into the aggregate. Every tensor's length is
 // checked before any is added, so a truncated or oversized upload is
-// refused whole rather than half counted.
-func (a *aggregate) add(u Upload, slot mech.Slot) error {
+// refused whole rather than half counted. newSlot returns the server's slot
+// of the client afresh, its dither stream (if any) at its start.
+func (a *aggregate) add(u Upload, newSlot func() mech.Slot) error {
 	if len(u.Payloads) != len(a.sizes) {
 		return fmt.Errorf("upload has %d tensors, the model %d", len(u.Payloads), len(a.sizes))
 	}
@@ -66,22 +67,21 @@ func (a *aggregate) add(u Upload, slot mech.Slot) error {
 	}
 	if !a.weighted {
 		// A Sum refuses a bad payload whole; so that the upload is refused
-		// whole too, every tensor but the last is first decoded on its own,
-		// and the last, which can still fail, is added first.
-		last := len(u.Payloads) - 1
-		for i, p := range u.Payloads[:last] {
+		// whole too, every tensor is first decoded on its own, with a slot
+		// of its own: a dithered client's stream runs on from one tensor
+		// to the next, and the sums must read it from its start.
+		check := newSlot()
+		for i, p := range u.Payloads {
 			s, err := a.m.NewSum(a.sizes[i], a.ranges[i])
 			if err != nil {
 				return err
 			}
-			if err := s.Add(p, slot); err != nil {
+			if err := s.Add(p, check); err != nil {
 				return fmt.Errorf("tensor %d: %w", i, err)
 			}
 		}
-		if err := a.sums[last].Add(u.Payloads[last], slot); err != nil {
-			return fmt.Errorf("tensor %d: %w", last, err)
-		}
-		for i, p := range u.Payloads[:last] {
+		slot := newSlot()
+		for i, p := range u.Payloads {
 			if err := a.sums[i].Add(p, slot); err != nil {
 				return fmt.Errorf("tensor %d: %w", i, err) // unreachable: checked above
 			}
@@ -89,6 +89,7 @@ func (a *aggregate) add(u Upload, slot mech.Slot) error {
 		a.n++
 		return nil
 	}
+	slot := newSlot()
 	w := float64(u.Examples)
 	for i, p := range u.Payloads {
 		s, err := a.m.NewSum(a.sizes[i], a.ranges[i])

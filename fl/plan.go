@@ -89,7 +89,7 @@ func (p *Plan) Add(pos int, u Upload) error {
 	case !(u.Loss >= 0 && u.Loss <= MaxLoss): // NaN too
 		return fmt.Errorf("training loss %v is not in [0, %g]", u.Loss, MaxLoss)
 	}
-	if err := p.agg.add(u, p.Round.ServerSlot(pos)); err != nil {
+	if err := p.agg.add(u, func() mech.Slot { return p.Round.ServerSlot(pos) }); err != nil {
 		return err
 	}
 	p.got[pos] = true
