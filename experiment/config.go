@@ -56,6 +56,9 @@ type Config struct {
 	Rate       int     `yaml:"rate"`
 	Lattice    int     `yaml:"lattice"`
 	Transfer   bool    `yaml:"transfer"`
+	// SecureAggregation masks the messages with SecAgg+, so that the
+	// server learns only their sum.
+	SecureAggregation bool `yaml:"secure_aggregation"`
 
 	Range     string  `yaml:"range"`     // minmax[:S], fixed:C,R or quantile:Q[,S]
 	Perturb   string  `yaml:"perturb"`   // weights or updates
@@ -178,7 +181,7 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer,
 		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting, GlobalLR: c.GlobalLR,
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
-		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta,
+		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
 	}, nil
 }
 

@@ -6,12 +6,24 @@ import (
 	"github.com/fedpq/fedpq/mech"
 )
 
+// roundSum is where a round's uploads go: the streaming aggregate, or,
+// under secure aggregation, the masked sum.
+type roundSum interface {
+	// add takes the upload of the client at position pos, whole or not at
+	// all.
+	add(pos int, u Upload) error
+	count() int
+	// mean is the estimate of the (weighted) mean upload.
+	mean() ([][]float64, error)
+}
+
 // aggregate is the server's side of a round: one streaming Sum per tensor
 // when every upload weighs the same, or, for FedAvg with unequal clients, a
 // weighted sum of each upload decoded on its own. Either way memory is the
 // size of the model, whatever the number of clients.
 type aggregate struct {
 	m        mech.Mechanism
+	slot     func(pos int) mech.Slot // the server's slot of a client, afresh
 	ranges   []mech.Range
 	sizes    []int
 	sums     []mech.Sum // equal weights
@@ -22,8 +34,8 @@ type aggregate struct {
 	n        int
 }
 
-func (e *Engine) newAggregate(ranges []mech.Range, sel []int) (*aggregate, error) {
-	a := &aggregate{m: e.m, ranges: ranges}
+func (e *Engine) newAggregate(ranges []mech.Range, sel []int, slot func(int) mech.Slot) (*aggregate, error) {
+	a := &aggregate{m: e.m, slot: slot, ranges: ranges}
 	for _, s := range e.specs {
 		a.sizes = append(a.sizes, size(s.Shape))
 	}
@@ -54,9 +66,9 @@ func (e *Engine) newAggregate(ranges []mech.Range, sel []int) (*aggregate, error
 
 // add decodes one upload into the aggregate. Every tensor's length is
 // checked before any is added, so a truncated or oversized upload is
-// refused whole rather than half counted. newSlot returns the server's slot
-// of the client afresh, its dither stream (if any) at its start.
-func (a *aggregate) add(u Upload, newSlot func() mech.Slot) error {
+// refused whole rather than half counted.
+func (a *aggregate) add(pos int, u Upload) error {
+	newSlot := func() mech.Slot { return a.slot(pos) }
 	if len(u.Payloads) != len(a.sizes) {
 		return fmt.Errorf("upload has %d tensors, the model %d", len(u.Payloads), len(a.sizes))
 	}
@@ -115,7 +127,6 @@ func (a *aggregate) add(u Upload, newSlot func() mech.Slot) error {
 
 func (a *aggregate) count() int { return a.n }
 
-// mean is the estimate of the (weighted) mean upload.
 func (a *aggregate) mean() ([][]float64, error) {
 	est := make([][]float64, len(a.sizes))
 	for i, n := range a.sizes {

@@ -19,7 +19,7 @@ type Plan struct {
 	Ranges  []mech.Range // each tensor's clipping range, public
 	Round   *Round       // the pairing or group order, and the server's slots
 	Global  [][]float32  // the model the clients start from; read only
-	agg     *aggregate
+	agg     roundSum
 	got     []bool // positions whose upload was added
 	loss    float64
 }
@@ -62,14 +62,19 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	agg, err := e.newAggregate(ranges, sel)
+	round := NewRound(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer)
+	var agg roundSum
+	if e.cfg.SecureAggregation {
+		agg, err = e.newSecure(t, ranges, sel, round.ServerSlot)
+	} else {
+		agg, err = e.newAggregate(ranges, sel, round.ServerSlot)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &Plan{
-		T: t, Clients: sel, Ranges: ranges, Global: e.global,
-		Round: NewRound(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer),
-		agg:   agg, got: make([]bool, len(sel)),
+		T: t, Clients: sel, Ranges: ranges, Global: e.global, Round: round,
+		agg: agg, got: make([]bool, len(sel)),
 	}, nil
 }
 
@@ -89,7 +94,7 @@ func (p *Plan) Add(pos int, u Upload) error {
 	case !(u.Loss >= 0 && u.Loss <= MaxLoss): // NaN too
 		return fmt.Errorf("training loss %v is not in [0, %g]", u.Loss, MaxLoss)
 	}
-	if err := p.agg.add(u, func() mech.Slot { return p.Round.ServerSlot(pos) }); err != nil {
+	if err := p.agg.add(pos, u); err != nil {
 		return err
 	}
 	p.got[pos] = true
@@ -110,15 +115,26 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 	r := report.Round{Round: p.T, Clients: received, Dropped: len(p.Clients) - received}
 	if received > 0 {
 		est, err := p.agg.mean()
-		if err != nil {
+		_, secured := p.agg.(*secure)
+		switch {
+		case err != nil && secured:
+			// Too few survivors to unmask the sum: the round is lost,
+			// not the run.
+			r.Discarded = "secure aggregation: " + err.Error()
+		case err != nil:
 			return r, err
+		default:
+			if err := e.update(est); err != nil {
+				r.Discarded = err.Error()
+			}
 		}
-		if err := e.update(est); err != nil {
-			r.Discarded = err.Error()
+		bits := e.bits()
+		if sec, ok := p.agg.(*secure); ok {
+			bits = sec.uploadBits()
 		}
 		r.TrainLoss = p.loss / float64(received)
-		r.UplinkBits = int64(received) * int64(e.bits())
-		r.UplinkBitsPerParam = float64(e.bits()) / float64(e.params)
+		r.UplinkBits = int64(received) * int64(bits)
+		r.UplinkBitsPerParam = float64(bits) / float64(e.params)
 	}
 	// A discarded round's clients are charged all the same: their
 	// messages were sent, and whoever saw them (the server, an
@@ -129,6 +145,9 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		}
 	}
 	r.SetupBytes = int64(p.Round.Pairs() * SetupBytes(e.m, e.params, e.cfg.Transfer))
+	if sec, ok := p.agg.(*secure); ok {
+		r.SetupBytes += sec.setup
+	}
 	if e.ldp {
 		r.Epsilon = e.cfg.Mech.Epsilon
 		r.EpsilonSpent = e.spent()

@@ -52,6 +52,11 @@ type Config struct {
 	// LedgerDelta is the delta of the ledger's composed bounds
 	// (advanced, optimal and zCDP composition).
 	LedgerDelta float64
+	// SecureAggregation masks the uploads' integer fields with SecAgg+
+	// (package secagg), so that the server learns only their sum. It needs
+	// a mechanism whose decode is affine in integer fields (mech.Integer)
+	// and equal weights.
+	SecureAggregation bool
 }
 
 // Model is what the engine needs of an architecture; *model.Model is one.
@@ -173,6 +178,11 @@ func New(cfg Config, task Task) (*Engine, error) {
 	}
 	if e.secret == nil {
 		e.secret = corr.SeedSecret(cfg.Seed)
+	}
+	if cfg.SecureAggregation {
+		if err := e.checkSecure(); err != nil {
+			return nil, err
+		}
 	}
 	for _, s := range e.specs {
 		e.params += size(s.Shape)

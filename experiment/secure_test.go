@@ -1,0 +1,84 @@
+package experiment
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/report"
+)
+
+// finalModel runs c and returns the hash of its final global model and
+// its rounds.
+func finalModel(t *testing.T, c Config) ([32]byte, []report.Round) {
+	t.Helper()
+	if _, err := Run(context.Background(), c, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fl.LoadState(filepath.Join(c.Dir(), CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := report.ReadRun(c.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fl.Hash(st.Global), run.Rounds
+}
+
+// TestSecureAggregationExact: under secure aggregation every integer
+// mechanism ends with the same model, bit for bit, as without it (the
+// secure sum is exact), with clients dropping out after the keys are
+// shared (their masks rebuilt from the survivors' shares), and each upload
+// costs k = ceil(log2(n·(levels-1)+1)) bits per field: 5 bits per
+// parameter for the one-bit mechanisms and 24 clients.
+func TestSecureAggregationExact(t *testing.T) {
+	for _, tc := range []struct {
+		mech    string
+		lattice int
+		bits    float64 // per parameter, under secure aggregation
+	}{
+		{"ldpq", 1, 5}, {"corbin", 1, 5}, {"augcorbin", 1, 5}, {"coq", 1, 5}, {"cq", 1, 5},
+		{"sdq", 1, 9}, {"sdq", 2, 10}, {"jopeq", 1, 18}, {"laplace+sdq", 1, 9},
+	} {
+		c := Default()
+		c.Clients, c.Rounds, c.Dropout, c.Weighting = 24, 3, 0.2, "mean"
+		c.Mechanism, c.Lattice = tc.mech, tc.lattice
+		if c.Mechanism != "corbin" && c.Mechanism != "ldpq" && c.Mechanism != "augcorbin" && c.Mechanism != "coq" && c.Mechanism != "cq" {
+			c.Range = "fixed:0,0.5"
+		}
+		c.Out = t.TempDir()
+		plain, _ := finalModel(t, c)
+		c.SecureAggregation, c.Out = true, t.TempDir()
+		masked, rounds := finalModel(t, c)
+		if plain != masked {
+			t.Errorf("%s L=%d: the model differs under secure aggregation", tc.mech, tc.lattice)
+		}
+		for _, r := range rounds {
+			if r.UplinkBitsPerParam != tc.bits || r.Clients == 24 || r.SetupBytes == 0 || r.Discarded != "" {
+				t.Errorf("%s L=%d round %d: %v bits/param (want %v), %d clients (want some dropped), %d setup bytes, discarded %q",
+					tc.mech, tc.lattice, r.Round, r.UplinkBitsPerParam, tc.bits, r.Clients, r.SetupBytes, r.Discarded)
+			}
+		}
+	}
+}
+
+// TestSecureAggregationRefused: a mechanism whose decode is not affine in
+// integer fields, and unequal weights, are clear errors.
+func TestSecureAggregationRefused(t *testing.T) {
+	for _, tc := range []struct {
+		mech, weighting, want string
+	}{
+		{"gaussian", "mean", "secure aggregation"},
+		{"none", "mean", "secure aggregation"},
+		{"corbin", "examples", "weighting: mean"},
+	} {
+		c := Default()
+		c.Rounds, c.Mechanism, c.Weighting, c.SecureAggregation, c.Out = 1, tc.mech, tc.weighting, true, t.TempDir()
+		if _, err := Run(context.Background(), c, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s, weighting %s: %v, want an error with %q", tc.mech, tc.weighting, err, tc.want)
+		}
+	}
+}

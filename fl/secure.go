@@ -1,0 +1,210 @@
+package fl
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/secagg"
+)
+
+// secure is a round's aggregate under secure aggregation: each client
+// turns its payloads into their integer fields (mech.Integer), masks them
+// with SecAgg+ (package secagg) in Z_2^k, k the fewest bits that hold the
+// round's exact sum, and the server learns that sum only. Decoding the sum
+// is the same arithmetic as the streaming aggregate's, so a round ends
+// with the same model, bit for bit, as without secure aggregation.
+//
+// In a simulation the clients' side of the protocol runs here as well,
+// each client with randomness derived for it alone, and a client that
+// drops out does so after the keys are shared and before it masks: the
+// server then rebuilds its pairwise masks from the survivors' shares.
+type secure struct {
+	m       mech.Integer
+	slot    func(pos int) mech.Slot
+	ranges  []mech.Range
+	sizes   []int // parameters per tensor
+	fields  []int // integer fields per tensor
+	ids     []uint64
+	server  *secagg.Server
+	clients []*secagg.Client // by position
+	got     []bool
+	n       int
+	bits    int   // k
+	setup   int64 // bytes of keys, sealed shares and reveals relayed
+}
+
+// secureAssumptions are the collusion and dropout rates the sparse
+// neighbour graph is sized for (secagg.SparseGraph): up to 5% of the
+// clients colluding with the server, and the configured dropout plus 5%.
+const secureCorrupt = 0.05
+
+// checkSecure reports why a run cannot use secure aggregation: a mechanism
+// whose decode is not affine in integer fields, unequal weights, or a
+// deployed server, whose protocol is not built yet.
+func (e *Engine) checkSecure() error {
+	if _, err := mech.IntegerOf(e.m); err != nil {
+		return fmt.Errorf("fl: secure aggregation: %w", err)
+	}
+	if e.task.Clients == nil {
+		return errors.New("fl: secure aggregation runs in simulation (fedpq run) only: fedpq server and client do not run the protocol yet")
+	}
+	if e.cfg.Weighting == "examples" {
+		for _, n := range e.examples {
+			if n != e.examples[0] {
+				return errors.New("fl: secure aggregation sums the clients' messages with equal weights, and these clients hold different numbers of examples: set weighting: mean")
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int) mech.Slot) (*secure, error) {
+	m, err := mech.IntegerOf(e.m)
+	if err != nil {
+		return nil, err
+	}
+	s := &secure{m: m, slot: slot, ranges: ranges, got: make([]bool, len(sel)), bits: max(mech.SumBits(m, len(sel)), 1)}
+	for _, sp := range e.specs {
+		s.sizes = append(s.sizes, size(sp.Shape))
+		s.fields = append(s.fields, m.Fields(size(sp.Shape)))
+	}
+	p := secagg.Params{Bits: s.bits, Seed: corr.Key(e.secret, "secagg-session", uint64(t)), Round: uint64(t)}
+	if len(sel) > 2 {
+		dropout := min(e.cfg.Dropout+0.05, 0.9-secureCorrupt)
+		if degree, threshold, err := secagg.SparseGraph(len(sel), secureCorrupt, dropout); err == nil && degree < len(sel)-1 {
+			p.Degree, p.Threshold = degree, threshold
+		}
+	}
+	for _, k := range sel {
+		s.ids = append(s.ids, uint64(k))
+	}
+	if s.server, err = secagg.NewServer(p, s.ids); err != nil {
+		return nil, err
+	}
+	// The protocol's first two steps: every client advertises its keys,
+	// then sends its neighbours its sealed shares.
+	for pos, id := range s.ids {
+		c, err := secagg.NewClient(p, id, s.ids, corr.Derive(e.secret, "secagg-client", uint64(t), uint64(pos)))
+		if err != nil {
+			return nil, err
+		}
+		keys := c.Keys()
+		if err := s.server.AddKeys(id, keys); err != nil {
+			return nil, err
+		}
+		s.setup += int64(len(keys.C) + len(keys.S))
+		s.clients = append(s.clients, c)
+	}
+	for pos, id := range s.ids {
+		keys, err := s.server.Keys(id)
+		if err != nil {
+			return nil, err
+		}
+		sealed, err := s.clients[pos].Share(keys)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range sealed {
+			s.setup += int64(len(c))
+		}
+		if err := s.server.AddShares(id, sealed); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// add is the client at pos masking its upload's fields, and the server
+// adding the masked vector to its running sum.
+func (s *secure) add(pos int, u Upload) error {
+	if len(u.Payloads) != len(s.sizes) {
+		return fmt.Errorf("upload has %d tensors, the model %d", len(u.Payloads), len(s.sizes))
+	}
+	total := 0
+	for _, f := range s.fields {
+		total += f
+	}
+	x := make([]uint64, total)
+	off := 0
+	for i, p := range u.Payloads {
+		if err := s.m.Unpack(x[off:off+s.fields[i]], p, s.sizes[i]); err != nil {
+			return fmt.Errorf("tensor %d: %w", i, err)
+		}
+		off += s.fields[i]
+	}
+	id := s.ids[pos]
+	sealed, err := s.server.Shares(id)
+	if err != nil {
+		return err
+	}
+	y, err := s.clients[pos].Mask(x, sealed)
+	if err != nil {
+		return err
+	}
+	if err := s.server.AddMasked(id, y); err != nil {
+		return err
+	}
+	s.got[pos] = true
+	s.n++
+	return nil
+}
+
+func (s *secure) count() int { return s.n }
+
+// uploadBits is one client's masked upload: k bits per field.
+func (s *secure) uploadBits() int {
+	b := 0
+	for _, f := range s.fields {
+		b += s.bits * f
+	}
+	return b
+}
+
+// mean unmasks the sum, from the survivors' shares, and decodes it.
+func (s *secure) mean() ([][]float64, error) {
+	survivors, dropped, err := s.server.Request()
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range survivors {
+		pos := slices.Index(s.ids, id)
+		r, err := s.clients[pos].Unmask(survivors, dropped)
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range r.Self {
+			s.setup += int64(len(b))
+		}
+		for _, b := range r.Pair {
+			s.setup += int64(len(b))
+		}
+		if err := s.server.AddReveal(id, r); err != nil {
+			return nil, err
+		}
+	}
+	sum, err := s.server.Sum()
+	if err != nil {
+		return nil, err
+	}
+	// The survivors' dither streams, in position order, as the streaming
+	// aggregate reads them; each runs on from tensor to tensor.
+	var slots []mech.Slot
+	for pos, ok := range s.got {
+		if ok {
+			slots = append(slots, s.slot(pos))
+		}
+	}
+	est := make([][]float64, len(s.sizes))
+	off := 0
+	for i, n := range s.sizes {
+		est[i] = make([]float64, n)
+		if err := s.m.DecodeSum(est[i], sum[off:off+s.fields[i]], s.n, s.ranges[i], slots); err != nil {
+			return nil, err
+		}
+		off += s.fields[i]
+	}
+	return est, nil
+}
