@@ -59,6 +59,9 @@ type Config struct {
 	// SecureAggregation masks the messages with SecAgg+, so that the
 	// server learns only their sum.
 	SecureAggregation bool `yaml:"secure_aggregation"`
+	// Shuffle puts a trusted shuffler between the clients and the server
+	// (LDP-FL's split and shuffle).
+	Shuffle bool `yaml:"shuffle"`
 
 	Range     string  `yaml:"range"`     // minmax[:S], fixed:C,R or quantile:Q[,S]
 	Perturb   string  `yaml:"perturb"`   // weights or updates
@@ -182,6 +185,7 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting, GlobalLR: c.GlobalLR,
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
+		Shuffle: c.Shuffle,
 	}, nil
 }
 

@@ -82,3 +82,34 @@ func TestSecureAggregationRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestShuffle: behind the shuffler the one-bit mechanisms end with the
+// same model, bit for bit (each parameter's multiset of bits is its
+// count, all the server needs), and the float mechanisms within float
+// rounding of the same accuracy; the mechanisms whose reports cannot be
+// split per parameter are refused.
+func TestShuffle(t *testing.T) {
+	for _, m := range []string{"ldpq", "corbin", "cq", "none", "gaussian"} {
+		c := Default()
+		c.Clients, c.Rounds, c.Dropout, c.Weighting, c.Mechanism = 12, 3, 0.2, "mean", m
+		c.Out = t.TempDir()
+		plain, pr := finalModel(t, c)
+		c.Shuffle, c.Out = true, t.TempDir()
+		shuffled, sr := finalModel(t, c)
+		oneBit := m != "none" && m != "gaussian"
+		if oneBit && plain != shuffled {
+			t.Errorf("%s: the model differs behind the shuffler", m)
+		}
+		a, b := *pr[len(pr)-1].Accuracy, *sr[len(sr)-1].Accuracy
+		if d := a - b; d > 0.01 || d < -0.01 {
+			t.Errorf("%s: accuracy %v plain, %v shuffled", m, a, b)
+		}
+	}
+	for _, m := range []string{"sdq", "jopeq-compat"} {
+		c := Default()
+		c.Mechanism, c.Weighting, c.Shuffle, c.Rounds, c.Out = m, "mean", true, 1, t.TempDir()
+		if _, err := Run(context.Background(), c, nil); err == nil || !strings.Contains(err.Error(), "shuffle") {
+			t.Errorf("%s behind a shuffler: %v", m, err)
+		}
+	}
+}

@@ -64,9 +64,12 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 	}
 	round := NewRound(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer)
 	var agg roundSum
-	if e.cfg.SecureAggregation {
+	switch {
+	case e.cfg.SecureAggregation:
 		agg, err = e.newSecure(t, ranges, sel, round.ServerSlot)
-	} else {
+	case e.cfg.Shuffle:
+		agg, err = e.newShuffled(t, ranges)
+	default:
 		agg, err = e.newAggregate(ranges, sel, round.ServerSlot)
 	}
 	if err != nil {

@@ -57,6 +57,12 @@ type Config struct {
 	// a mechanism whose decode is affine in integer fields (mech.Integer)
 	// and equal weights.
 	SecureAggregation bool
+	// Shuffle puts LDP-FL's trusted shuffler between the clients and the
+	// server: each parameter's reports reach it unlinked from their
+	// clients and from each other. It needs a mechanism with a
+	// fixed-width report per parameter that decodes on its own, and equal
+	// weights.
+	Shuffle bool
 }
 
 // Model is what the engine needs of an architecture; *model.Model is one.
@@ -181,6 +187,11 @@ func New(cfg Config, task Task) (*Engine, error) {
 	}
 	if cfg.SecureAggregation {
 		if err := e.checkSecure(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Shuffle {
+		if err := e.checkShuffle(); err != nil {
 			return nil, err
 		}
 	}

@@ -68,6 +68,7 @@ var runFlagHelp = [][2]string{
 	{"rate", "sdq, jopeq, laplace+sdq: bits per parameter"},
 	{"lattice", "sdq, jopeq, laplace+sdq: 1 scalar, 2 hexagonal"},
 	{"transfer", "paired mechanisms: the leader sends its shared bits sealed (the papers' protocol)"},
+	{"shuffle", "a trusted shuffler delivers each parameter's reports unlinked from their clients (LDP-FL's split and shuffle; simulation only)"},
 	{"secure_aggregation", "mask the messages with SecAgg+ so the server learns only their sum (integer mechanisms, equal weights; docs/privacy.md)"},
 	{"range", "clipping range per tensor: minmax[:SCALE], fixed:C,R or quantile:Q[,SCALE]"},
 	{"perturb", "what clients encode: weights or updates"},
