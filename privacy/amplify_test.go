@@ -235,3 +235,59 @@ func TestBlanketRunLooseness(t *testing.T) {
 		}
 	}
 }
+
+func TestComposeSecureSum(t *testing.T) {
+	const delta = 1e-6
+	for _, c := range []struct {
+		eps0 float64
+		n    int
+	}{{1, 1000}, {4, 10_000}} {
+		one, err := SecureSumEpsilon(c.eps0, c.n, delta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := 0.0
+		for _, k := range []int{1, 2, 5, 20, 100} {
+			up, down, err := composeSecureSum(c.eps0, c.n, k, delta, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == 1 && !(up >= one*(1-1e-9) && up <= one*1.002) {
+				t.Errorf("%+v k 1: %.6f, one round %.6f", c, up, one)
+			}
+			if got, _ := ComposeSecureSum(c.eps0, c.n, k, delta); got > up || k == 1 && got != one {
+				t.Errorf("%+v k %d: ComposeSecureSum %.6f, the loss distributions' %.6f, one round %.6f", c, k, got, up, one)
+			}
+			// The grid's cost: rounding down instead of up moves it by
+			// under 0.5%.
+			if !(down <= up && up <= down*1.005) {
+				t.Errorf("%+v k %d: rounded up %.6f, down %.6f", c, k, up, down)
+			}
+			if up < prev {
+				t.Errorf("%+v k %d: %.6f below k-1's %.6f", c, k, up, prev)
+			}
+			prev = up
+			// Basic composition of k rounds at delta/k each.
+			e, _ := SecureSumEpsilon(c.eps0, c.n, delta/float64(k))
+			if basic := float64(k) * e; k > 1 && up > basic {
+				t.Errorf("%+v k %d: %.6f above basic composition %.6f", c, k, up, basic)
+			}
+			// Advanced composition: (e, delta/(2k)) rounds, delta' = delta/2.
+			e, _ = SecureSumEpsilon(c.eps0, c.n, delta/float64(2*k))
+			adv, _ := Advanced(e, k, delta/2)
+			if up > adv {
+				t.Errorf("%+v k %d: %.6f above advanced composition %.6f", c, k, up, adv)
+			}
+			t.Logf("eps0 %v n %d k %d: %.6f (rounded down %.6f; basic %.6f, advanced %.6f)", c.eps0, c.n, k, up, down, float64(k)*one, adv)
+		}
+	}
+	// One client alone: the local guarantee, composed optimally.
+	got, err := ComposeSecureSum(1, 1, 10, delta)
+	want, _ := Optimal(1, 10, delta)
+	if err != nil || got != want {
+		t.Errorf("n 1: %v %v, want Optimal's %v", got, err, want)
+	}
+	if _, err := ComposeSecureSum(1, 10, 0, delta); err == nil {
+		t.Error("k 0: no error")
+	}
+}
