@@ -194,11 +194,11 @@ func blanketSum(N int, g, tol float64, f func(m int) float64) float64 {
 }
 
 // blanketRun is the length of the runs of m that blanketSum weights by one
-// f: 1 + mode/20000, so that f's argument varies by at most 5e-5 of itself
+// f: 1 + mode/4000, so that f's argument varies by at most 2.5e-4 of itself
 // within a run where the mass is (the divergences here change smoothly
-// with the noise count m, and the looseness this adds is checked in
-// TestBlanketRunLooseness).
-func blanketRun(mode int) int { return 1 + mode/20000 }
+// with the noise count m, and the looseness this adds, under 0.1% of
+// delta, is checked in TestBlanketRunLooseness).
+func blanketRun(mode int) int { return 1 + mode/4000 }
 
 // rrBlanketDelta is the hockey-stick divergence E_P[(1 - e^eps Q/P)_+] of
 // P = Bernoulli(qhi) + Binomial(m, 1/2) from Q = Bernoulli(qlo) +

@@ -215,7 +215,7 @@ func BenchmarkSecureSumEpsilon(b *testing.B) {
 }
 
 func TestBlanketRunLooseness(t *testing.T) {
-	// Around a mode of 500,000 blanketSum weights runs of 26 m by one
+	// Around a mode of 500,000 blanketSum weights runs of 126 m by one
 	// divergence; against the sum with every m's own it is never lower and
 	// at most 0.1% higher.
 	const N, g = 1_000_000, 0.5
@@ -289,5 +289,138 @@ func TestComposeSecureSum(t *testing.T) {
 	}
 	if _, err := ComposeSecureSum(1, 10, 0, delta); err == nil {
 		t.Error("k 0: no error")
+	}
+}
+
+// corbinPairSum is the law of the sum of a corbin pair's two bits with d
+// shared bits, the leader's P(+1) q1 and the follower's q2 (mech/corbin.go
+// in the continuum: the leader's word is (Z+U)/2^d, +1 below q1; the
+// follower's (Z+U')/2^d, +1 at or above 1-q2).
+func corbinPairSum(d int, q1, q2 float64) []float64 {
+	cells := float64(int(1) << d)
+	s := make([]float64, 3)
+	for z := 0.0; z < cells; z++ {
+		a := min(1, max(0, cells*q1-z))
+		b := min(1, max(0, z+1-cells*(1-q2)))
+		s[0] += (1 - a) * (1 - b) / cells
+		s[1] += (a*(1-b) + (1-a)*b) / cells
+		s[2] += a * b / cells
+	}
+	return s
+}
+
+func TestPairBlanketDeltaExact(t *testing.T) {
+	// Against explicit convolutions, the largest over the ordered pairs.
+	qlo, qhi := rrProbs(1.5)
+	verts := [][3]float64{{0, 1, 0}, {qlo, qhi - qlo, qlo}, {qlo, 0, qhi}, {0, 2 * qlo, qhi - qlo}}
+	for _, m := range []int{0, 1, 3, 30, 500} {
+		b := binomialPMF(m, 0.5)
+		for _, eps := range []float64{0, 0.2, 1, 3} {
+			want := 0.0
+			for i, x := range verts {
+				for j, z := range verts {
+					if i != j {
+						want = max(want, hockeyStick(convolve(x[:], b), convolve(z[:], b), eps))
+					}
+				}
+			}
+			got := pairBlanketDelta(m, verts, eps)
+			// The pmf's recurrence rounds: 1e-10 relative, far inside the
+			// 1e-6 margin PairedSecureSumEpsilon adds.
+			if !(got >= want*(1-1e-10) && got <= want*(1+1e-9)+1e-15) {
+				t.Errorf("m %d eps %v: %.17g, explicit %.17g", m, eps, got, want)
+			}
+		}
+	}
+}
+
+func TestPairedSecureSumBruteForce(t *testing.T) {
+	// The bound is at least the exact delta of corbin pairs (d = 1, 2
+	// shared bits) with the target's and partner's P(+1) on a grid of
+	// [qlo, qhi] (1/2, the center, included) and the alone clients'
+	// inputs enumerated by their number of ones.
+	for _, eps0 := range []float64{0.5, 1} {
+		qlo, qhi := rrProbs(eps0)
+		grid := []float64{qlo, (qlo + 0.5) / 2, 0.5, (qhi + 0.5) / 2, qhi}
+		for _, alone := range []int{10, 20, 40} {
+			for _, delta := range []float64{0.05, 1e-2} {
+				got, err := PairedSecureSumEpsilon(eps0, alone, delta)
+				if err != nil {
+					t.Fatal(err)
+				}
+				exact := func(eps float64) float64 {
+					worst := 0.0
+					for j := 0; j <= alone; j++ {
+						others := convolve(binomialPMF(j, qhi), binomialPMF(alone-j, qlo))
+						for _, d := range []int{1, 2} {
+							for _, q2 := range grid {
+								for _, q1 := range grid {
+									p := convolve(corbinPairSum(d, q1, q2), others)
+									for _, q1b := range grid {
+										q := convolve(corbinPairSum(d, q1b, q2), others)
+										worst = max(worst, hockeyStick(p, q, eps))
+									}
+								}
+							}
+						}
+					}
+					return worst
+				}
+				want := smallestEpsilon(exact, delta, 64)
+				t.Logf("eps0 %v alone %d delta %g: bound %.4f, corbin exact %.4f", eps0, alone, delta, got, want)
+				if !(got >= want) {
+					t.Errorf("eps0 %v alone %d delta %g: bound %.6f below corbin's exact %.6f", eps0, alone, delta, got, want)
+				}
+			}
+		}
+	}
+}
+
+func TestPairedSecureSumNoAlone(t *testing.T) {
+	// With no alone client, a corbin pair with the partner at the center
+	// has P(S = 2) = qhi - 1/2 = tanh(eps0/2)/2 at the top input and 0 at
+	// the bottom: delta is that at every eps, and there is no bound.
+	for _, eps0 := range []float64{0.1, 1, 4} {
+		qlo, qhi := rrProbs(eps0)
+		for _, d := range []int{1, 3, 8} {
+			hs := hockeyStick(corbinPairSum(d, qhi, 0.5), corbinPairSum(d, qlo, 0.5), 50)
+			if want := math.Tanh(eps0/2) / 2; math.Abs(hs-want) > 1e-12 {
+				t.Errorf("eps0 %v d %d: delta at eps 50 is %v, want %v", eps0, d, hs, want)
+			}
+		}
+		got, err := PairedSecureSumEpsilon(eps0, 0, 1e-6)
+		if err != nil || !math.IsInf(got, 1) {
+			t.Errorf("eps0 %v, no alone client: %v %v, want +Inf", eps0, got, err)
+		}
+	}
+}
+
+func TestPairedSecureSumShape(t *testing.T) {
+	// Above the ldpq client's bound among as many independent clients (the
+	// pair can move the sum by 2) and close to it for many clients, where
+	// the mean shift, the same for both, dominates.
+	const delta = 1e-6
+	for _, eps0 := range []float64{1, 4} {
+		prev := math.Inf(1)
+		for _, alone := range []int{1000, 10_000, 100_000} {
+			got, err := PairedSecureSumEpsilon(eps0, alone, delta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ldpq, _ := SecureSumEpsilon(eps0, alone+1, delta)
+			if !(got >= ldpq && got <= 1.35*ldpq && got <= prev) {
+				t.Errorf("eps0 %v alone %d: %.6f, ldpq %.6f, fewer alone %.6f", eps0, alone, got, ldpq, prev)
+			}
+			prev = got
+		}
+	}
+	for _, c := range []struct {
+		eps0  float64
+		alone int
+		delta float64
+	}{{0, 10, 1e-6}, {1, -1, 1e-6}, {1, 10, 0}, {1, maxBlanketClients + 1, 1e-6}} {
+		if _, err := PairedSecureSumEpsilon(c.eps0, c.alone, c.delta); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
 	}
 }
