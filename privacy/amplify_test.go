@@ -424,3 +424,19 @@ func TestPairedSecureSumShape(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkComposeSecureSum(b *testing.B) {
+	for b.Loop() {
+		if _, err := ComposeSecureSum(1, 1000, 100, 1e-6); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPairedSecureSumEpsilon(b *testing.B) {
+	for b.Loop() {
+		if _, err := PairedSecureSumEpsilon(4, 1_000_000, 1e-6); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

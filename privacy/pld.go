@@ -166,24 +166,40 @@ func forLoss(m int, qlo, qhi float64, fn func(s int, l, p float64)) (below, abov
 // lowest m.
 func blanketPLD(eps0 float64, n int, h, tail float64, up bool) pld {
 	qlo, qhi := rrProbs(eps0)
-	bins := int(math.Ceil(eps0/h)) + 1
-	mass := make([]float64, 2*bins+1) // index bins + round(L/h)
+	// mass[i] is at grid index off+i; it grows to the losses met, with
+	// slack at the front so that growing there stays cheap.
+	var mass []float64
+	off := 0
+	put := func(i int, x float64) {
+		switch {
+		case mass == nil:
+			mass, off = make([]float64, 1, 1024), i
+		case i < off:
+			extra := max(off-i, len(mass))
+			grown := make([]float64, extra+len(mass))
+			copy(grown[extra:], mass)
+			mass, off = grown, off-extra
+		case i >= off+len(mass):
+			mass = append(mass, make([]float64, i-off-len(mass)+1)...)
+		}
+		mass[i-off] += x
+	}
 	idx := func(l float64) int {
 		if up {
-			return bins + int(math.Ceil(l/h))
+			return int(math.Ceil(l / h))
 		}
-		return bins + int(math.Floor(l/h))
+		return int(math.Floor(l / h))
 	}
 	var inf float64
 	addM := func(m int, w float64) {
-		lowest := len(mass)
+		lowest := math.MaxInt
 		below, above := forLoss(m, qlo, qhi, func(_ int, l, p float64) {
 			i := idx(l)
 			lowest = min(lowest, i)
-			mass[i] += w * p
+			put(i, w*p)
 		})
 		if up {
-			mass[lowest] += w * below
+			put(lowest, w*below)
 			inf += w * above
 		}
 	}
@@ -237,7 +253,7 @@ func blanketPLD(eps0 float64, n int, h, tail float64, up bool) pld {
 	if acc > 0 {
 		addM(low, acc)
 	}
-	return pld{h: h, off: -bins, mass: mass, inf: inf}.trim(tail, up)
+	return pld{h: h, off: off, mass: mass, inf: inf}.trim(tail, up)
 }
 
 // trim drops leading and trailing bins and truncates the tails: at most
