@@ -42,8 +42,8 @@ func ExampleComposeSecureSum() {
 		local, _ := privacy.Optimal(c.eps0, c.rounds, 1e-6)
 		fmt.Printf("eps0 %v, n %d, %d rounds: %.3f (local guarantee composed: %.1f)\n", c.eps0, c.n, c.rounds, eps, local)
 	}
-	// A whole upload: the quick start's 610 parameters, 100 clients, one
-	// round and 40 rounds, at its ledger_delta 1e-5.
+	// A whole upload of ldpq in the quick start's shape: 610 parameters,
+	// 100 clients, one round and 40 rounds, at ledger_delta 1e-5.
 	for _, k := range []int{610, 40 * 610} {
 		eps, err := privacy.ComposeSecureSum(1, 100, k, 1e-5)
 		if err != nil {
