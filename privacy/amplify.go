@@ -37,15 +37,15 @@ func rrProbs(eps0 float64) (qlo, qhi float64) {
 // other n-1 clients' inputs are arbitrary and known to the observer. It is
 // one parameter of one round; ComposeSecureSum composes it.
 //
-// It is the privacy blanket of Balle, Bell, Gascon and Nissim (2019,
-// Lemma 3.1 and Section 4.1), evaluated numerically and not through their
-// closed form:
+// It is the privacy blanket of Balle, Bell, Gascon and Nissim ("The
+// privacy blanket of the shuffle model", CRYPTO 2019), evaluated
+// numerically and not through their closed form:
 //
 //   - Every other client's bit, Bernoulli(p) with p in [qlo, qhi],
 //     qlo = 1/(e^eps0+1), is with probability gamma = 2 qlo a fair coin and
 //     otherwise Bernoulli((p-qlo)/(1-2qlo)), whatever its input. Give the
-//     observer which clients drew the fair coin and the other clients'
-//     bits: these are independent of the target's input, so the sum is the
+//     observer which clients drew the fair coin and the bits of those that
+//     did not: these are independent of the target's input, so the sum is the
 //     target's bit plus Binomial(M, 1/2) plus a known offset, with
 //     M ~ Binomial(n-1, gamma). The true view is a function of this one, so
 //     its hockey-stick divergence is at most this one's, for every choice
@@ -63,8 +63,8 @@ func rrProbs(eps0 float64) (qlo, qhi float64) {
 // is below 1e-6 delta (over m) and 1e-16 of the partial sum (over the
 // count), and that bound is added; runs of m share the largest delta_m of
 // the run (delta_m decreases in m: more fair coins are a post-processing);
-// the total is inflated by a relative 1e-6 for Lgamma's rounding; so delta(eps) is an upper bound, not an
-// estimate. The result is the least eps with delta(eps) <= delta, found by
+// the total is inflated by a relative 1e-6 for Lgamma's rounding. So
+// delta(eps) is an upper bound, not an estimate. The result is the least eps with delta(eps) <= delta, found by
 // bisection to a relative 1e-9 and rounded up. It is an upper bound on the
 // worst case, not the worst case itself: the observer does not learn which
 // clients drew fair coins (TestSecureSumBruteForce shows the gap for small

@@ -21,7 +21,8 @@ import (
 //     dominates the true view for every input of the target and the others
 //     (SecureSumEpsilon's argument, for every eps), and it is symmetric, so
 //     one ordering's loss distribution serves both. Dominating pairs compose
-//     adaptively (Zhu, Dong and Wang 2022, Theorem 10), so the k-fold
+//     adaptively (Zhu, Dong and Wang, "Optimal accounting of differential
+//     privacy via characteristic function", AISTATS 2022), so the k-fold
 //     product bounds k rounds whose inputs depend on earlier rounds.
 //   - The loss ln(P/Q) of each outcome is rounded up to a grid of step h;
 //     delta(eps) = E[(1 - e^(eps-L))_+] grows with every loss, so the
