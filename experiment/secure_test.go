@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 )
 
@@ -110,6 +111,45 @@ func TestShuffle(t *testing.T) {
 		c.Mechanism, c.Weighting, c.Shuffle, c.Rounds, c.Out = m, "mean", true, 1, t.TempDir()
 		if _, err := Run(context.Background(), c, nil); err == nil || !strings.Contains(err.Error(), "shuffle") {
 			t.Errorf("%s behind a shuffler: %v", m, err)
+		}
+	}
+}
+
+// TestLedgerAgainstHiddenServer: behind secure aggregation or a shuffler
+// the ledger's server entry is the privacy-blanket bound of the fewest
+// messages a round summed (ldpq), none for pairs with no client alone,
+// and the local bound for mechanisms whose amplification is not computed;
+// the eavesdropper's entry is unchanged.
+func TestLedgerAgainstHiddenServer(t *testing.T) {
+	for _, tc := range []struct {
+		mech    string
+		shuffle bool
+	}{{"ldpq", false}, {"ldpq", true}, {"corbin", false}, {"jopeq", false}} {
+		c := Default()
+		c.Clients, c.Rounds, c.Weighting, c.Mechanism, c.Out = 30, 2, "mean", tc.mech, t.TempDir()
+		c.SecureAggregation, c.Shuffle = !tc.shuffle, tc.shuffle
+		_, rounds := finalModel(t, c)
+		l := rounds[len(rounds)-1].Privacy
+		if l == nil || l.ServerView == "" || l.Eavesdropper == nil || l.Eavesdropper.ParamRound != c.Epsilon {
+			t.Fatalf("%s: ledger %+v", tc.mech, l)
+		}
+		switch tc.mech {
+		case "ldpq":
+			want, err := privacy.SecureSumEpsilon(c.Epsilon, 30, c.LedgerDelta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Server == nil || l.Server.ParamRound != want || !(want < c.Epsilon) || !(l.Server.ParamOptimal < l.Eavesdropper.ParamOptimal) {
+				t.Errorf("ldpq: server %+v, want eps %v per parameter per round (local %v)", l.Server, want, c.Epsilon)
+			}
+		case "corbin":
+			if l.Server != nil || !strings.Contains(l.ServerView, "0 of them from clients without a partner") {
+				t.Errorf("corbin: server %+v (%s), want none", l.Server, l.ServerView)
+			}
+		case "jopeq":
+			if l.Server == nil || *l.Server != *l.Eavesdropper {
+				t.Errorf("jopeq: server %+v, want the local %+v", l.Server, l.Eavesdropper)
+			}
 		}
 	}
 }

@@ -139,6 +139,20 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		r.UplinkBits = int64(received) * int64(bits)
 		r.UplinkBitsPerParam = float64(bits) / float64(e.params)
 	}
+	if received > 0 {
+		alone := 0
+		for pos, ok := range p.got {
+			if j := p.Round.Partner(pos); ok && (j < 0 || !p.got[j]) {
+				alone++
+			}
+		}
+		if e.minSum == 0 || received < e.minSum {
+			e.minSum = received
+		}
+		if e.minAlone < 0 || alone < e.minAlone {
+			e.minAlone = alone
+		}
+	}
 	// A discarded round's clients are charged all the same: their
 	// messages were sent, and whoever saw them (the server, an
 	// eavesdropper) learnt what they reveal.
@@ -160,6 +174,11 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		}
 		if e.cfg.Mechanism == "augcorbin" {
 			e.central(l, p)
+		}
+		if e.cfg.SecureAggregation || e.cfg.Shuffle {
+			if err := e.hidden(l, p.T == e.cfg.Rounds); err != nil {
+				return r, err
+			}
 		}
 		r.Privacy = l
 	}

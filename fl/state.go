@@ -24,6 +24,10 @@ type State struct {
 	Since   int     // evaluations since the best
 	Joined  []int   // rounds each client took part in: the privacy ledger
 	Seconds float64 // wall time of the run so far
+	// MinSum and MinAlone are the fewest uploads a round summed, and of
+	// them from clients without a partner in the sum: the ledger against a
+	// server that sees only sums.
+	MinSum, MinAlone int
 }
 
 // State returns the engine's state after its last completed round.
@@ -31,6 +35,7 @@ func (e *Engine) State() State {
 	return State{
 		Round: e.done, Global: e.global, PrevUpd: e.prevUpd, Best: e.best,
 		BestAcc: e.bestAcc, Since: e.since, Joined: e.joined, Seconds: e.elapsed(),
+		MinSum: e.minSum, MinAlone: e.minAlone,
 	}
 }
 
@@ -52,6 +57,9 @@ func (e *Engine) Restore(s State) error {
 	if s.Since < 0 {
 		return fmt.Errorf("fl: checkpoint has %d evaluations since the best", s.Since)
 	}
+	if s.MinSum < 0 || s.MinSum > len(s.Joined) || s.MinAlone < -1 || s.MinAlone > s.MinSum {
+		return fmt.Errorf("fl: checkpoint has rounds of at least %d uploads, %d of them alone", s.MinSum, s.MinAlone)
+	}
 	if err := e.checkShapes(s.Global); err != nil {
 		return err
 	}
@@ -68,6 +76,7 @@ func (e *Engine) Restore(s State) error {
 	}
 	e.done, e.global, e.prevUpd, e.best = s.Round, s.Global, s.PrevUpd, s.Best
 	e.bestAcc, e.since, e.joined, e.before = s.BestAcc, s.Since, s.Joined, time.Duration(s.Seconds*float64(time.Second))
+	e.minSum, e.minAlone = s.MinSum, s.MinAlone
 	e.start = time.Now()
 	return nil
 }

@@ -137,8 +137,13 @@ type Engine struct {
 	joined   []int // rounds each client took part in
 	examples []int // each client's number of examples
 	done     int   // rounds completed
-	start    time.Time
-	before   time.Duration // wall time of the run before it was restored
+	// minSum and minAlone are the fewest uploads any round summed, and
+	// the fewest of them from clients whose partner's message was not in
+	// the sum (-1: no round yet): what a server that sees only sums
+	// (secure aggregation, a shuffler) has to hide a client among.
+	minSum, minAlone int
+	start            time.Time
+	before           time.Duration // wall time of the run before it was restored
 }
 
 // elapsed is the run's wall time so far, across restarts.
@@ -181,6 +186,7 @@ func New(cfg Config, task Task) (*Engine, error) {
 		bestAcc:  math.Inf(-1),
 		examples: examples,
 		start:    time.Now(),
+		minAlone: -1,
 	}
 	if e.secret == nil {
 		e.secret = corr.SeedSecret(cfg.Seed)

@@ -39,6 +39,10 @@ type Ledger struct {
 	// CentralNote says why there is none.
 	Central     *float64 `json:"central_round,omitempty"`
 	CentralNote string   `json:"central_note,omitempty"`
+	// ServerView says what the server saw when it did not see each
+	// message (secure aggregation, a shuffler), and how Server was
+	// computed; empty when it saw every message.
+	ServerView string `json:"server_view,omitempty"`
 }
 
 // Budget is a mechanism's privacy parameters as run: its name in package

@@ -144,7 +144,11 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 			s   *privacy.Spent
 		}
 		var groups [][]observer
-		for _, o := range []observer{{"an eavesdropper on its uplink", l.Eavesdropper}, {"the server", l.Server}, {"a colluding partner", l.Partner}} {
+		observers := []observer{{"an eavesdropper on its uplink", l.Eavesdropper}, {"the server", l.Server}, {"a colluding partner", l.Partner}}
+		if l.ServerView != "" { // the server has a line of its own
+			observers = []observer{observers[0], observers[2]}
+		}
+		for _, o := range observers {
 			if n := len(groups); n > 0 && reflect.DeepEqual(groups[n-1][0].s, o.s) {
 				groups[n-1] = append(groups[n-1], o)
 				continue
@@ -165,6 +169,14 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 			} else {
 				fmt.Fprintf(stdout, "    against %s: eps %.4g per parameter per round, %.4g over the rounds (%.4g basic, %.4g advanced); whole upload %.4g per round, %.4g over the rounds\n",
 					against, s.ParamRound, s.ParamOptimal, s.ParamBasic, s.ParamAdvanced, s.UploadRound, s.UploadOptimal)
+			}
+		}
+		if l.ServerView != "" {
+			if s := l.Server; s == nil {
+				fmt.Fprintf(stdout, "    against the server, which sees %s: no guarantee in the worst case\n", l.ServerView)
+			} else {
+				fmt.Fprintf(stdout, "    against the server, which sees %s: eps %.4g per parameter per round, %.4g over the rounds; whole upload %.4g per round, %.4g over the rounds\n",
+					l.ServerView, s.ParamRound, s.ParamOptimal, s.UploadRound, s.UploadOptimal)
 			}
 		}
 		switch {
