@@ -7,6 +7,7 @@ import (
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
+	"github.com/fedpq/fedpq/secagg"
 )
 
 // Plan is one round as the server runs it: what it announces when the
@@ -102,6 +103,47 @@ func (p *Plan) Add(pos int, u Upload) error {
 	}
 	p.got[pos] = true
 	p.loss += u.Loss
+	return nil
+}
+
+// SecAgg is a secure round's protocol server and settings, which a
+// deployed server drives with its clients' messages; nil when the round is
+// not secure.
+func (p *Plan) SecAgg() (*secagg.Server, secagg.Params) {
+	if s, ok := p.agg.(*secure); ok {
+		return s.server, s.params
+	}
+	return nil, secagg.Params{}
+}
+
+// MaskedBytes is the size of a masked upload in a secure round.
+func (p *Plan) MaskedBytes() int {
+	if s, ok := p.agg.(*secure); ok {
+		return (s.total()*s.bits + 7) / 8
+	}
+	return 0
+}
+
+// AddMasked adds the masked upload of the client at position pos to a
+// secure round of a deployed server (its fields packed by PackFields),
+// with its training loss.
+func (p *Plan) AddMasked(pos int, masked []byte, loss float64) error {
+	s, ok := p.agg.(*secure)
+	switch {
+	case !ok:
+		return fmt.Errorf("round %d is not secure", p.T)
+	case pos < 0 || pos >= len(p.got):
+		return fmt.Errorf("position %d is not in round %d", pos, p.T)
+	case p.got[pos]:
+		return fmt.Errorf("a second upload from client %d in round %d", p.Clients[pos], p.T)
+	case !(loss >= 0 && loss <= MaxLoss): // NaN too
+		return fmt.Errorf("training loss %v is not in [0, %g]", loss, MaxLoss)
+	}
+	if err := s.addMasked(pos, masked); err != nil {
+		return err
+	}
+	p.got[pos] = true
+	p.loss += loss
 	return nil
 }
 

@@ -28,8 +28,9 @@ type secure struct {
 	sizes   []int // parameters per tensor
 	fields  []int // integer fields per tensor
 	ids     []uint64
+	params  secagg.Params
 	server  *secagg.Server
-	clients []*secagg.Client // by position
+	clients []*secagg.Client // by position; nil for a deployed server's clients
 	got     []bool
 	n       int
 	bits    int   // k
@@ -48,8 +49,8 @@ func (e *Engine) checkSecure() error {
 	if _, err := mech.IntegerOf(e.m); err != nil {
 		return fmt.Errorf("fl: secure aggregation: %w", err)
 	}
-	if e.task.Clients == nil {
-		return errors.New("fl: secure aggregation runs in simulation (fedpq run) only: fedpq server and client do not run the protocol yet")
+	if e.task.Clients == nil && e.cfg.Weighting != "mean" {
+		return errors.New("fl: a server's secure rounds sum the clients' messages with equal weights: set weighting: mean")
 	}
 	if e.cfg.Weighting == "examples" {
 		for _, n := range e.examples {
@@ -81,8 +82,12 @@ func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int)
 	for _, k := range sel {
 		s.ids = append(s.ids, uint64(k))
 	}
+	s.params = p
 	if s.server, err = secagg.NewServer(p, s.ids); err != nil {
 		return nil, err
+	}
+	if e.task.Clients == nil {
+		return s, nil // a deployed server's clients run their side themselves
 	}
 	// The protocol's first two steps: every client advertises its keys,
 	// then sends its neighbours its sealed shares.
@@ -120,20 +125,15 @@ func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int)
 // add is the client at pos masking its upload's fields, and the server
 // adding the masked vector to its running sum.
 func (s *secure) add(pos int, u Upload) error {
+	if s.clients == nil {
+		return errors.New("a deployed client's upload in a secure round is masked: Plan.AddMasked")
+	}
 	if len(u.Payloads) != len(s.sizes) {
 		return fmt.Errorf("upload has %d tensors, the model %d", len(u.Payloads), len(s.sizes))
 	}
-	total := 0
-	for _, f := range s.fields {
-		total += f
-	}
-	x := make([]uint64, total)
-	off := 0
-	for i, p := range u.Payloads {
-		if err := s.m.Unpack(x[off:off+s.fields[i]], p, s.sizes[i]); err != nil {
-			return fmt.Errorf("tensor %d: %w", i, err)
-		}
-		off += s.fields[i]
+	x, err := Fields(s.m, u.Payloads, s.sizes)
+	if err != nil {
+		return err
 	}
 	id := s.ids[pos]
 	sealed, err := s.server.Shares(id)
@@ -163,17 +163,56 @@ func (s *secure) uploadBits() int {
 	return b
 }
 
-// mean unmasks the sum, from the survivors' shares, and decodes it.
+// addMasked adds a deployed client's masked upload: its fields packed k
+// bits each.
+func (s *secure) addMasked(pos int, masked []byte) error {
+	y, err := UnpackFields(masked, s.total(), s.bits)
+	if err != nil {
+		return err
+	}
+	if err := s.server.AddMasked(s.ids[pos], y); err != nil {
+		return err
+	}
+	s.got[pos] = true
+	s.n++
+	return nil
+}
+
+func (s *secure) total() int {
+	n := 0
+	for _, f := range s.fields {
+		n += f
+	}
+	return n
+}
+
+// mean unmasks the sum, from the survivors' shares, and decodes it. In a
+// simulation the survivors answer the unmask request here; a deployed
+// server has collected their answers before the round ends.
 func (s *secure) mean() ([][]float64, error) {
-	survivors, dropped, err := s.server.Request()
+	if s.clients != nil {
+		if err := s.unmask(); err != nil {
+			return nil, err
+		}
+	}
+	sum, err := s.server.Sum()
 	if err != nil {
 		return nil, err
+	}
+	return s.decode(sum)
+}
+
+// unmask is the simulated survivors' answers to the unmask request.
+func (s *secure) unmask() error {
+	survivors, dropped, err := s.server.Request()
+	if err != nil {
+		return err
 	}
 	for _, id := range survivors {
 		pos := slices.Index(s.ids, id)
 		r, err := s.clients[pos].Unmask(survivors, dropped)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, b := range r.Self {
 			s.setup += int64(len(b))
@@ -182,13 +221,14 @@ func (s *secure) mean() ([][]float64, error) {
 			s.setup += int64(len(b))
 		}
 		if err := s.server.AddReveal(id, r); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	sum, err := s.server.Sum()
-	if err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// decode turns the sum of the survivors' fields into the mean.
+func (s *secure) decode(sum []uint64) ([][]float64, error) {
 	// The survivors' dither streams, in position order, as the streaming
 	// aggregate reads them; each runs on from tensor to tensor.
 	var slots []mech.Slot
@@ -207,4 +247,59 @@ func (s *secure) mean() ([][]float64, error) {
 		off += s.fields[i]
 	}
 	return est, nil
+}
+
+// Fields is an upload's integer fields, tensor after tensor: what a client
+// masks under secure aggregation.
+func Fields(m mech.Integer, payloads [][]byte, sizes []int) ([]uint64, error) {
+	if len(payloads) != len(sizes) {
+		return nil, fmt.Errorf("upload has %d tensors, the model %d", len(payloads), len(sizes))
+	}
+	total := 0
+	for _, n := range sizes {
+		total += m.Fields(n)
+	}
+	x := make([]uint64, total)
+	off := 0
+	for i, p := range payloads {
+		f := m.Fields(sizes[i])
+		if err := m.Unpack(x[off:off+f], p, sizes[i]); err != nil {
+			return nil, fmt.Errorf("tensor %d: %w", i, err)
+		}
+		off += f
+	}
+	return x, nil
+}
+
+// PackFields packs values below 2^k, k bits each, least significant first.
+func PackFields(y []uint64, k int) []byte {
+	b := make([]byte, (len(y)*k+7)/8)
+	for i, v := range y {
+		for j := range k {
+			if v>>j&1 != 0 {
+				bit := i*k + j
+				b[bit/8] |= 1 << (bit % 8)
+			}
+		}
+	}
+	return b
+}
+
+// UnpackFields reads n values of k bits packed by PackFields, refusing a
+// wrong length or nonzero padding.
+func UnpackFields(b []byte, n, k int) ([]uint64, error) {
+	if want := (n*k + 7) / 8; len(b) != want {
+		return nil, fmt.Errorf("masked upload of %d bytes, want %d (%d fields of %d bits)", len(b), want, n, k)
+	}
+	if pad := n * k % 8; pad != 0 && b[len(b)-1]>>pad != 0 {
+		return nil, errors.New("masked upload has nonzero padding")
+	}
+	y := make([]uint64, n)
+	for i := range y {
+		for j := range k {
+			bit := i*k + j
+			y[i] |= uint64(b[bit/8]>>(bit%8)&1) << j
+		}
+	}
+	return y, nil
 }

@@ -342,6 +342,14 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	if err != nil {
 		return next, &badRound{err}
 	}
+	if rs.GetSecagg() != nil {
+		c.log.Printf("round %d: trained in %v (loss %.4f), encoded as %s; secure aggregation", t, trained.Round(time.Millisecond), loss, role(slot))
+		later, err := c.secureUpload(ctx, stream, in, runID, rs, payloads, loss)
+		if next == nil {
+			next = later
+		}
+		return next, err
+	}
 	size := 0
 	for _, p := range payloads {
 		size += len(p)

@@ -148,6 +148,7 @@ type serverRound struct {
 	sealed []bool         // per position: its sealed bits were relayed
 	late   []bool         // per position: no key share by the key-share deadline
 	setup  int64          // bytes of key shares and sealed bits relayed
+	secure *secureRound   // secure rounds: the protocol's state
 }
 
 func newServerRound(plan *fl.Plan) *serverRound {
@@ -541,6 +542,7 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		return report.Round{}, err
 	}
 	rd := newServerRound(plan)
+	rd.secure = newSecureRound(plan, deadline)
 	s.round = rd
 	global := encodeTensors(plan.Global)
 	ranges := encodeRanges(plan.Ranges)
@@ -566,6 +568,9 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		}
 		gi, gs := plan.Round.Group(pos)
 		msg.GroupIndex, msg.GroupSize = uint32(gi), uint32(gs)
+		if rd.secure != nil {
+			msg.Secagg = rd.secure.announce(plan)
+		}
 		s.sessions[uint32(k)].send(&pb.ServerMessage{Body: &pb.ServerMessage_RoundStart{RoundStart: msg}})
 	}
 	s.mu.Unlock()
@@ -583,6 +588,13 @@ wait:
 	for {
 		s.mu.Lock()
 		open := slices.Contains(rd.state, waiting)
+		var step <-chan time.Time
+		if rd.secure != nil {
+			// A secure round ends when its protocol does; each step
+			// has a deadline of its own.
+			open = !s.advance(rd, time.Now())
+			step = time.After(time.Until(rd.secure.due))
+		}
 		ch := s.changed
 		s.mu.Unlock()
 		if !open {
@@ -590,12 +602,16 @@ wait:
 		}
 		select {
 		case <-ch:
+		case <-step:
 		case <-keyShares:
 			keyShares = nil
 			s.mu.Lock()
 			s.keySharesDue(rd)
 			s.mu.Unlock()
 		case <-timer.C:
+			if rd.secure != nil {
+				continue // the keys step's deadline
+			}
 			s.log.Printf("round %d: deadline passed", t)
 			break wait
 		case <-ctx.Done():
@@ -891,6 +907,8 @@ func (s *Server) handle(sess *session, m *pb.ClientMessage) {
 			r.Error = err.Error()
 		}
 		sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Receipt{Receipt: r}})
+	case *pb.ClientMessage_SecaggKeys, *pb.ClientMessage_SecaggShares, *pb.ClientMessage_SecaggReveal:
+		err = s.secureMessage(sess, m)
 	case *pb.ClientMessage_Join:
 		err = errors.New("a second Join")
 	default:
@@ -983,7 +1001,15 @@ func (s *Server) upload(sess *session, u *pb.Upload) error {
 	if rd.state[pos] != waiting {
 		return fmt.Errorf("round %d: a second upload", u.GetRound())
 	}
-	err := rd.plan.Add(pos, fl.Upload{Payloads: u.GetPayloads(), Examples: sess.examples, Loss: u.GetLoss()})
+	var err error
+	switch sr := rd.secure; {
+	case sr == nil:
+		err = rd.plan.Add(pos, fl.Upload{Payloads: u.GetPayloads(), Examples: sess.examples, Loss: u.GetLoss()})
+	case sr.step != secureMasked || !sr.shared[sess.id]:
+		err = errors.New("a masked upload before its shares were delivered, or without shares")
+	default:
+		err = rd.plan.AddMasked(pos, u.GetMasked(), u.GetLoss())
+	}
 	if err != nil {
 		rd.state[pos] = refused
 		err = fmt.Errorf("round %d: %w", u.GetRound(), err)

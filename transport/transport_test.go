@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/report"
+	"github.com/fedpq/fedpq/secagg"
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
 )
 
@@ -773,5 +775,147 @@ func TestUploadWithoutSealedBits(t *testing.T) {
 	}
 	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[2]" {
 		t.Errorf("uploads per round %s, want [2]", got)
+	}
+}
+
+// secureRaw plays a client of a secure round by hand, with a zero ldpq
+// payload (every bit 0): it sends its keys and shares, then its masked
+// upload unless it quits before, and never answers the unmask request.
+// It runs beside the others (the round's steps wait for every client), so
+// it returns its failure rather than ending the test.
+func secureRaw(r *raw, id uint32, masked bool) error {
+	next := func(want func(*pb.ServerMessage) bool) (*pb.ServerMessage, error) {
+		for {
+			m, err := r.stream.Recv()
+			if err != nil || want(m) {
+				return m, err
+			}
+		}
+	}
+	m, err := next(func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil })
+	if err != nil {
+		return err
+	}
+	rs := m.GetRoundStart()
+	sa := rs.GetSecagg()
+	if sa == nil {
+		return errors.New("a secure run's RoundStart without its secure-aggregation settings")
+	}
+	p := secagg.Params{Bits: int(sa.GetBits()), Degree: int(sa.GetDegree()), Threshold: int(sa.GetThreshold()), Round: uint64(rs.GetRound())}
+	copy(p.Seed[:], sa.GetSeed())
+	var ids []uint64
+	for _, k := range sa.GetClients() {
+		ids = append(ids, uint64(k))
+	}
+	cl, err := secagg.NewClient(p, uint64(id), ids, crand.Reader)
+	if err != nil {
+		return err
+	}
+	adv := cl.Keys()
+	keys := &pb.SecAggKeys{Round: rs.GetRound(), Client: id, C: adv.C, S: adv.S}
+	keys.Signature = ed25519.Sign(r.key, secaggKeysSigned(r.hello.GetRunId(), keys))
+	r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggKeys{SecaggKeys: keys}})
+	if m, err = next(func(m *pb.ServerMessage) bool { return m.GetSecaggPeers() != nil }); err != nil {
+		return err
+	}
+	peers := map[uint64]secagg.Advertised{}
+	for _, k := range m.GetSecaggPeers().GetKeys() {
+		peers[uint64(k.GetClient())] = secagg.Advertised{C: k.GetC(), S: k.GetS()}
+	}
+	sealed, err := cl.Share(peers)
+	if err != nil {
+		return err
+	}
+	shares := &pb.SecAggShares{Round: rs.GetRound()}
+	for to, ct := range sealed {
+		shares.Shares = append(shares.Shares, &pb.SecAggShare{From: id, To: uint32(to), Ciphertext: ct})
+	}
+	r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: shares}})
+	if m, err = next(func(m *pb.ServerMessage) bool { return m.GetSecaggInbox() != nil }); err != nil {
+		return err
+	}
+	if !masked {
+		return r.stream.CloseSend()
+	}
+	in := map[uint64][]byte{}
+	for _, sh := range m.GetSecaggInbox().GetShares() {
+		in[uint64(sh.GetFrom())] = sh.GetCiphertext()
+	}
+	n := 0
+	for _, g := range rs.GetGlobal() {
+		n += len(g) / 4 // ldpq: one field, one bit, per parameter
+	}
+	y, err := cl.Mask(make([]uint64, n), in)
+	if err != nil {
+		return err
+	}
+	r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: rs.GetRound(), Masked: fl.PackFields(y, p.Bits), Loss: 0.5}}})
+	if m, err = next(func(m *pb.ServerMessage) bool { return m.GetReceipt() != nil }); err != nil {
+		return err
+	}
+	if rc := m.GetReceipt(); !rc.GetAccepted() {
+		return fmt.Errorf("the masked upload was refused: %s", rc.GetError())
+	}
+	return r.stream.CloseSend()
+}
+
+// TestSecureDeployment: a server and 8 clients run a secure round of
+// ldpq. One client leaves after it shared its keys and before its masked
+// upload, one after its masked upload and before it answers the unmask
+// request; the round ends with the exact sum of the 7 uploads: the same
+// model, bit for bit, as the same round without secure aggregation.
+func TestSecureDeployment(t *testing.T) {
+	model := func(secure bool) [32]byte {
+		c := runConfig(t, "ldpq", 8, 1)
+		c.Weighting, c.SecureAggregation = "mean", secure
+		ts := serve(t, ServerConfig{Run: c, KeyShareTimeout: 10 * time.Second}, "127.0.0.1:0")
+		before, after := dial(t, ts.addr), dial(t, ts.addr)
+		if err := before.join(6, 8, token); err != nil {
+			t.Fatal(err)
+		}
+		if err := after.join(7, 8, token); err != nil {
+			t.Fatal(err)
+		}
+		var honest []*testClient
+		for k := range 6 {
+			honest = append(honest, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 8}))
+		}
+		if secure {
+			errc := make(chan error, 2)
+			go func() { errc <- secureRaw(before, 6, false) }()
+			go func() { errc <- secureRaw(after, 7, true) }()
+			for range 2 {
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+		} else {
+			before.next(t, func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil })
+			before.stream.CloseSend()
+			rs := after.next(t, func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil }).GetRoundStart()
+			var zero [][]byte
+			for _, g := range rs.GetGlobal() {
+				zero = append(zero, make([]byte, (len(g)/4+7)/8))
+			}
+			after.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Payloads: zero, Loss: 0.5}}})
+		}
+		sum := ts.wait(t)
+		for _, h := range honest {
+			h.wait(t)
+		}
+		if got := fmt.Sprint(rounds(t, c.Dir())); got != "[7]" || sum.Rounds != 1 {
+			t.Errorf("secure %v: uploads per round %s, want [7]", secure, got)
+		}
+		st, err := fl.LoadState(c.Dir() + "/" + experiment.CheckpointFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if secure && !strings.Contains(ts.log.String(), "unmasking the sum of 7 clients' uploads; 1 dropped after sharing their keys") {
+			t.Errorf("the server did not unmask 7 uploads with 1 dropped:\n%s", ts.log)
+		}
+		return fl.Hash(st.Global)
+	}
+	if model(true) != model(false) {
+		t.Error("the secure round's model differs from the plain round's")
 	}
 }

@@ -39,6 +39,9 @@ type ClientMessage struct {
 	//	*ClientMessage_KeyShare
 	//	*ClientMessage_Sealed
 	//	*ClientMessage_Upload
+	//	*ClientMessage_SecaggKeys
+	//	*ClientMessage_SecaggShares
+	//	*ClientMessage_SecaggReveal
 	Body          isClientMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -117,6 +120,33 @@ func (x *ClientMessage) GetUpload() *Upload {
 	return nil
 }
 
+func (x *ClientMessage) GetSecaggKeys() *SecAggKeys {
+	if x != nil {
+		if x, ok := x.Body.(*ClientMessage_SecaggKeys); ok {
+			return x.SecaggKeys
+		}
+	}
+	return nil
+}
+
+func (x *ClientMessage) GetSecaggShares() *SecAggShares {
+	if x != nil {
+		if x, ok := x.Body.(*ClientMessage_SecaggShares); ok {
+			return x.SecaggShares
+		}
+	}
+	return nil
+}
+
+func (x *ClientMessage) GetSecaggReveal() *SecAggReveal {
+	if x != nil {
+		if x, ok := x.Body.(*ClientMessage_SecaggReveal); ok {
+			return x.SecaggReveal
+		}
+	}
+	return nil
+}
+
 type isClientMessage_Body interface {
 	isClientMessage_Body()
 }
@@ -137,6 +167,18 @@ type ClientMessage_Upload struct {
 	Upload *Upload `protobuf:"bytes,4,opt,name=upload,proto3,oneof"`
 }
 
+type ClientMessage_SecaggKeys struct {
+	SecaggKeys *SecAggKeys `protobuf:"bytes,5,opt,name=secagg_keys,json=secaggKeys,proto3,oneof"`
+}
+
+type ClientMessage_SecaggShares struct {
+	SecaggShares *SecAggShares `protobuf:"bytes,6,opt,name=secagg_shares,json=secaggShares,proto3,oneof"`
+}
+
+type ClientMessage_SecaggReveal struct {
+	SecaggReveal *SecAggReveal `protobuf:"bytes,7,opt,name=secagg_reveal,json=secaggReveal,proto3,oneof"`
+}
+
 func (*ClientMessage_Join) isClientMessage_Body() {}
 
 func (*ClientMessage_KeyShare) isClientMessage_Body() {}
@@ -144,6 +186,12 @@ func (*ClientMessage_KeyShare) isClientMessage_Body() {}
 func (*ClientMessage_Sealed) isClientMessage_Body() {}
 
 func (*ClientMessage_Upload) isClientMessage_Body() {}
+
+func (*ClientMessage_SecaggKeys) isClientMessage_Body() {}
+
+func (*ClientMessage_SecaggShares) isClientMessage_Body() {}
+
+func (*ClientMessage_SecaggReveal) isClientMessage_Body() {}
 
 type ServerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -157,6 +205,9 @@ type ServerMessage struct {
 	//	*ServerMessage_PartnerGone
 	//	*ServerMessage_Receipt
 	//	*ServerMessage_Finished
+	//	*ServerMessage_SecaggPeers
+	//	*ServerMessage_SecaggInbox
+	//	*ServerMessage_SecaggUnmask
 	Body          isServerMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -271,6 +322,33 @@ func (x *ServerMessage) GetFinished() *Finished {
 	return nil
 }
 
+func (x *ServerMessage) GetSecaggPeers() *SecAggPeers {
+	if x != nil {
+		if x, ok := x.Body.(*ServerMessage_SecaggPeers); ok {
+			return x.SecaggPeers
+		}
+	}
+	return nil
+}
+
+func (x *ServerMessage) GetSecaggInbox() *SecAggShares {
+	if x != nil {
+		if x, ok := x.Body.(*ServerMessage_SecaggInbox); ok {
+			return x.SecaggInbox
+		}
+	}
+	return nil
+}
+
+func (x *ServerMessage) GetSecaggUnmask() *SecAggUnmask {
+	if x != nil {
+		if x, ok := x.Body.(*ServerMessage_SecaggUnmask); ok {
+			return x.SecaggUnmask
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Body interface {
 	isServerMessage_Body()
 }
@@ -307,6 +385,18 @@ type ServerMessage_Finished struct {
 	Finished *Finished `protobuf:"bytes,8,opt,name=finished,proto3,oneof"`
 }
 
+type ServerMessage_SecaggPeers struct {
+	SecaggPeers *SecAggPeers `protobuf:"bytes,9,opt,name=secagg_peers,json=secaggPeers,proto3,oneof"`
+}
+
+type ServerMessage_SecaggInbox struct {
+	SecaggInbox *SecAggShares `protobuf:"bytes,10,opt,name=secagg_inbox,json=secaggInbox,proto3,oneof"`
+}
+
+type ServerMessage_SecaggUnmask struct {
+	SecaggUnmask *SecAggUnmask `protobuf:"bytes,11,opt,name=secagg_unmask,json=secaggUnmask,proto3,oneof"`
+}
+
 func (*ServerMessage_Hello) isServerMessage_Body() {}
 
 func (*ServerMessage_Welcome) isServerMessage_Body() {}
@@ -322,6 +412,12 @@ func (*ServerMessage_PartnerGone) isServerMessage_Body() {}
 func (*ServerMessage_Receipt) isServerMessage_Body() {}
 
 func (*ServerMessage_Finished) isServerMessage_Body() {}
+
+func (*ServerMessage_SecaggPeers) isServerMessage_Body() {}
+
+func (*ServerMessage_SecaggInbox) isServerMessage_Body() {}
+
+func (*ServerMessage_SecaggUnmask) isServerMessage_Body() {}
 
 // Hello opens a session.
 type Hello struct {
@@ -579,8 +675,10 @@ type RoundStart struct {
 	GroupIndex      uint32                 `protobuf:"varint,8,opt,name=group_index,json=groupIndex,proto3" json:"group_index,omitempty"`               // Grouped: the client's place in the group
 	GroupSize       uint32                 `protobuf:"varint,9,opt,name=group_size,json=groupSize,proto3" json:"group_size,omitempty"`
 	TimeLeftMilli   int64                  `protobuf:"varint,10,opt,name=time_left_milli,json=timeLeftMilli,proto3" json:"time_left_milli,omitempty"` // until the round's deadline: uploads after it are not counted
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// (a duration, not a time, so that clocks need not agree)
+	Secagg        *SecAgg `protobuf:"bytes,11,opt,name=secagg,proto3" json:"secagg,omitempty"` // secure rounds: the protocol's settings
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoundStart) Reset() {
@@ -681,6 +779,13 @@ func (x *RoundStart) GetTimeLeftMilli() int64 {
 		return x.TimeLeftMilli
 	}
 	return 0
+}
+
+func (x *RoundStart) GetSecagg() *SecAgg {
+	if x != nil {
+		return x.Secagg
+	}
+	return nil
 }
 
 // KeyShare is a client's X25519 public key for one round and partner,
@@ -891,6 +996,7 @@ type Upload struct {
 	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
 	Payloads      [][]byte               `protobuf:"bytes,2,rep,name=payloads,proto3" json:"payloads,omitempty"`
 	Loss          float64                `protobuf:"fixed64,3,opt,name=loss,proto3" json:"loss,omitempty"`
+	Masked        []byte                 `protobuf:"bytes,4,opt,name=masked,proto3" json:"masked,omitempty"` // secure rounds: the masked integer fields, k bits each, instead of payloads
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -946,6 +1052,527 @@ func (x *Upload) GetLoss() float64 {
 	return 0
 }
 
+func (x *Upload) GetMasked() []byte {
+	if x != nil {
+		return x.Masked
+	}
+	return nil
+}
+
+// SecAgg is a secure round's public settings (package secagg), in its
+// RoundStart. A secure round runs, after each client has trained and
+// encoded: its keys (SecAggKeys), the neighbours' keys relayed
+// (SecAggPeers), its sealed shares (SecAggShares), the shares addressed
+// to it (SecAggInbox), its masked upload, and, once the uploads are in,
+// its answer (SecAggReveal) to the request to unmask (SecAggUnmask).
+type SecAgg struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bits          uint32                 `protobuf:"varint,1,opt,name=bits,proto3" json:"bits,omitempty"`              // k: the masked fields live in Z_2^k
+	Degree        uint32                 `protobuf:"varint,2,opt,name=degree,proto3" json:"degree,omitempty"`          // neighbours per client; 0: every other client
+	Threshold     uint32                 `protobuf:"varint,3,opt,name=threshold,proto3" json:"threshold,omitempty"`    // shares that rebuild a secret
+	Seed          []byte                 `protobuf:"bytes,4,opt,name=seed,proto3" json:"seed,omitempty"`               // the session seed: neighbour graph, key derivations
+	Clients       []uint32               `protobuf:"varint,5,rep,packed,name=clients,proto3" json:"clients,omitempty"` // the round's clients by id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAgg) Reset() {
+	*x = SecAgg{}
+	mi := &file_fedpq_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAgg) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAgg) ProtoMessage() {}
+
+func (x *SecAgg) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAgg.ProtoReflect.Descriptor instead.
+func (*SecAgg) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SecAgg) GetBits() uint32 {
+	if x != nil {
+		return x.Bits
+	}
+	return 0
+}
+
+func (x *SecAgg) GetDegree() uint32 {
+	if x != nil {
+		return x.Degree
+	}
+	return 0
+}
+
+func (x *SecAgg) GetThreshold() uint32 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+func (x *SecAgg) GetSeed() []byte {
+	if x != nil {
+		return x.Seed
+	}
+	return nil
+}
+
+func (x *SecAgg) GetClients() []uint32 {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+// SecAggKeys is a client's two X25519 public keys for a secure round,
+// signed with its identity key.
+type SecAggKeys struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Client        uint32                 `protobuf:"varint,2,opt,name=client,proto3" json:"client,omitempty"`
+	C             []byte                 `protobuf:"bytes,3,opt,name=c,proto3" json:"c,omitempty"`                 // seals shares to the neighbours
+	S             []byte                 `protobuf:"bytes,4,opt,name=s,proto3" json:"s,omitempty"`                 // makes the pairwise masks
+	Signature     []byte                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"` // Ed25519 over the secagg-keys context, run id, round, client, c, s
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggKeys) Reset() {
+	*x = SecAggKeys{}
+	mi := &file_fedpq_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggKeys) ProtoMessage() {}
+
+func (x *SecAggKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggKeys.ProtoReflect.Descriptor instead.
+func (*SecAggKeys) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SecAggKeys) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggKeys) GetClient() uint32 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *SecAggKeys) GetC() []byte {
+	if x != nil {
+		return x.C
+	}
+	return nil
+}
+
+func (x *SecAggKeys) GetS() []byte {
+	if x != nil {
+		return x.S
+	}
+	return nil
+}
+
+func (x *SecAggKeys) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// SecAggPeers relays a client's neighbours' keys, with their enrolled
+// identities (the client checks the signatures against its roster if it
+// has one).
+type SecAggPeers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Keys          []*SecAggKeys          `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	Identities    [][]byte               `protobuf:"bytes,3,rep,name=identities,proto3" json:"identities,omitempty"` // identities[i] signed keys[i]
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggPeers) Reset() {
+	*x = SecAggPeers{}
+	mi := &file_fedpq_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggPeers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggPeers) ProtoMessage() {}
+
+func (x *SecAggPeers) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggPeers.ProtoReflect.Descriptor instead.
+func (*SecAggPeers) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SecAggPeers) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggPeers) GetKeys() []*SecAggKeys {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *SecAggPeers) GetIdentities() [][]byte {
+	if x != nil {
+		return x.Identities
+	}
+	return nil
+}
+
+// SecAggShare is one client's sealed shares for another.
+type SecAggShare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	Ciphertext    []byte                 `protobuf:"bytes,3,opt,name=ciphertext,proto3" json:"ciphertext,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggShare) Reset() {
+	*x = SecAggShare{}
+	mi := &file_fedpq_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggShare) ProtoMessage() {}
+
+func (x *SecAggShare) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggShare.ProtoReflect.Descriptor instead.
+func (*SecAggShare) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SecAggShare) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *SecAggShare) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *SecAggShare) GetCiphertext() []byte {
+	if x != nil {
+		return x.Ciphertext
+	}
+	return nil
+}
+
+// SecAggShares carries a client's sealed shares to the server, or the
+// server's delivery of those addressed to a client.
+type SecAggShares struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Shares        []*SecAggShare         `protobuf:"bytes,2,rep,name=shares,proto3" json:"shares,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggShares) Reset() {
+	*x = SecAggShares{}
+	mi := &file_fedpq_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggShares) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggShares) ProtoMessage() {}
+
+func (x *SecAggShares) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggShares.ProtoReflect.Descriptor instead.
+func (*SecAggShares) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SecAggShares) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggShares) GetShares() []*SecAggShare {
+	if x != nil {
+		return x.Shares
+	}
+	return nil
+}
+
+// SecAggUnmask asks a surviving client for its shares: of the self-mask
+// seed of each survivor, of the mask seed of each dropped client.
+type SecAggUnmask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Survivors     []uint32               `protobuf:"varint,2,rep,packed,name=survivors,proto3" json:"survivors,omitempty"`
+	Dropped       []uint32               `protobuf:"varint,3,rep,packed,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggUnmask) Reset() {
+	*x = SecAggUnmask{}
+	mi := &file_fedpq_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggUnmask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggUnmask) ProtoMessage() {}
+
+func (x *SecAggUnmask) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggUnmask.ProtoReflect.Descriptor instead.
+func (*SecAggUnmask) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SecAggUnmask) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggUnmask) GetSurvivors() []uint32 {
+	if x != nil {
+		return x.Survivors
+	}
+	return nil
+}
+
+func (x *SecAggUnmask) GetDropped() []uint32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
+// SecAggSecret is a share of one client's secret.
+type SecAggSecret struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         uint32                 `protobuf:"varint,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Share         []byte                 `protobuf:"bytes,2,opt,name=share,proto3" json:"share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggSecret) Reset() {
+	*x = SecAggSecret{}
+	mi := &file_fedpq_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggSecret) ProtoMessage() {}
+
+func (x *SecAggSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggSecret.ProtoReflect.Descriptor instead.
+func (*SecAggSecret) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SecAggSecret) GetOwner() uint32 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *SecAggSecret) GetShare() []byte {
+	if x != nil {
+		return x.Share
+	}
+	return nil
+}
+
+// SecAggReveal answers SecAggUnmask.
+type SecAggReveal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Self          []*SecAggSecret        `protobuf:"bytes,2,rep,name=self,proto3" json:"self,omitempty"`
+	Pair          []*SecAggSecret        `protobuf:"bytes,3,rep,name=pair,proto3" json:"pair,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggReveal) Reset() {
+	*x = SecAggReveal{}
+	mi := &file_fedpq_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggReveal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggReveal) ProtoMessage() {}
+
+func (x *SecAggReveal) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggReveal.ProtoReflect.Descriptor instead.
+func (*SecAggReveal) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SecAggReveal) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggReveal) GetSelf() []*SecAggSecret {
+	if x != nil {
+		return x.Self
+	}
+	return nil
+}
+
+func (x *SecAggReveal) GetPair() []*SecAggSecret {
+	if x != nil {
+		return x.Pair
+	}
+	return nil
+}
+
 // Receipt answers an Upload.
 type Receipt struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -958,7 +1585,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_fedpq_proto_msgTypes[11]
+	mi := &file_fedpq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1597,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[11]
+	mi := &file_fedpq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1610,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{11}
+	return file_fedpq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Receipt) GetRound() uint32 {
@@ -1017,7 +1644,7 @@ type Finished struct {
 
 func (x *Finished) Reset() {
 	*x = Finished{}
-	mi := &file_fedpq_proto_msgTypes[12]
+	mi := &file_fedpq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1656,7 @@ func (x *Finished) String() string {
 func (*Finished) ProtoMessage() {}
 
 func (x *Finished) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[12]
+	mi := &file_fedpq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1669,7 @@ func (x *Finished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finished.ProtoReflect.Descriptor instead.
 func (*Finished) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{12}
+	return file_fedpq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Finished) GetRounds() uint32 {
@@ -1056,13 +1683,17 @@ var File_fedpq_proto protoreflect.FileDescriptor
 
 const file_fedpq_proto_rawDesc = "" +
 	"\n" +
-	"\vfedpq.proto\x12\bfedpq.v1\"\xc8\x01\n" +
+	"\vfedpq.proto\x12\bfedpq.v1\"\xff\x02\n" +
 	"\rClientMessage\x12$\n" +
 	"\x04join\x18\x01 \x01(\v2\x0e.fedpq.v1.JoinH\x00R\x04join\x121\n" +
 	"\tkey_share\x18\x02 \x01(\v2\x12.fedpq.v1.KeyShareH\x00R\bkeyShare\x12*\n" +
 	"\x06sealed\x18\x03 \x01(\v2\x10.fedpq.v1.SealedH\x00R\x06sealed\x12*\n" +
-	"\x06upload\x18\x04 \x01(\v2\x10.fedpq.v1.UploadH\x00R\x06uploadB\x06\n" +
-	"\x04body\"\xb7\x03\n" +
+	"\x06upload\x18\x04 \x01(\v2\x10.fedpq.v1.UploadH\x00R\x06upload\x127\n" +
+	"\vsecagg_keys\x18\x05 \x01(\v2\x14.fedpq.v1.SecAggKeysH\x00R\n" +
+	"secaggKeys\x12=\n" +
+	"\rsecagg_shares\x18\x06 \x01(\v2\x16.fedpq.v1.SecAggSharesH\x00R\fsecaggShares\x12=\n" +
+	"\rsecagg_reveal\x18\a \x01(\v2\x16.fedpq.v1.SecAggRevealH\x00R\fsecaggRevealB\x06\n" +
+	"\x04body\"\xef\x04\n" +
 	"\rServerMessage\x12'\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0f.fedpq.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\awelcome\x18\x02 \x01(\v2\x11.fedpq.v1.WelcomeH\x00R\awelcome\x127\n" +
@@ -1073,7 +1704,11 @@ const file_fedpq_proto_rawDesc = "" +
 	"\x0epartner_sealed\x18\x05 \x01(\v2\x10.fedpq.v1.SealedH\x00R\rpartnerSealed\x12:\n" +
 	"\fpartner_gone\x18\x06 \x01(\v2\x15.fedpq.v1.PartnerGoneH\x00R\vpartnerGone\x12-\n" +
 	"\areceipt\x18\a \x01(\v2\x11.fedpq.v1.ReceiptH\x00R\areceipt\x120\n" +
-	"\bfinished\x18\b \x01(\v2\x12.fedpq.v1.FinishedH\x00R\bfinishedB\x06\n" +
+	"\bfinished\x18\b \x01(\v2\x12.fedpq.v1.FinishedH\x00R\bfinished\x12:\n" +
+	"\fsecagg_peers\x18\t \x01(\v2\x15.fedpq.v1.SecAggPeersH\x00R\vsecaggPeers\x12;\n" +
+	"\fsecagg_inbox\x18\n" +
+	" \x01(\v2\x16.fedpq.v1.SecAggSharesH\x00R\vsecaggInbox\x12=\n" +
+	"\rsecagg_unmask\x18\v \x01(\v2\x16.fedpq.v1.SecAggUnmaskH\x00R\fsecaggUnmaskB\x06\n" +
 	"\x04body\"]\n" +
 	"\x05Hello\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\fR\x05runId\x12\x1c\n" +
@@ -1092,7 +1727,7 @@ const file_fedpq_proto_rawDesc = "" +
 	"roundsDone\"7\n" +
 	"\x05Range\x12\x16\n" +
 	"\x06center\x18\x01 \x01(\x01R\x06center\x12\x16\n" +
-	"\x06radius\x18\x02 \x01(\x01R\x06radius\"\xcb\x02\n" +
+	"\x06radius\x18\x02 \x01(\x01R\x06radius\"\xf5\x02\n" +
 	"\n" +
 	"RoundStart\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1a\n" +
@@ -1108,7 +1743,8 @@ const file_fedpq_proto_rawDesc = "" +
 	"\n" +
 	"group_size\x18\t \x01(\rR\tgroupSize\x12&\n" +
 	"\x0ftime_left_milli\x18\n" +
-	" \x01(\x03R\rtimeLeftMilli\"\x8f\x01\n" +
+	" \x01(\x03R\rtimeLeftMilli\x12(\n" +
+	"\x06secagg\x18\v \x01(\v2\x10.fedpq.v1.SecAggR\x06secagg\"\x8f\x01\n" +
 	"\bKeyShare\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x16\n" +
 	"\x06client\x18\x02 \x01(\rR\x06client\x12\x18\n" +
@@ -1125,11 +1761,51 @@ const file_fedpq_proto_rawDesc = "" +
 	"ciphertext\"=\n" +
 	"\vPartnerGone\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x18\n" +
-	"\apartner\x18\x02 \x01(\rR\apartner\"N\n" +
+	"\apartner\x18\x02 \x01(\rR\apartner\"f\n" +
 	"\x06Upload\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1a\n" +
 	"\bpayloads\x18\x02 \x03(\fR\bpayloads\x12\x12\n" +
-	"\x04loss\x18\x03 \x01(\x01R\x04loss\"Q\n" +
+	"\x04loss\x18\x03 \x01(\x01R\x04loss\x12\x16\n" +
+	"\x06masked\x18\x04 \x01(\fR\x06masked\"\x80\x01\n" +
+	"\x06SecAgg\x12\x12\n" +
+	"\x04bits\x18\x01 \x01(\rR\x04bits\x12\x16\n" +
+	"\x06degree\x18\x02 \x01(\rR\x06degree\x12\x1c\n" +
+	"\tthreshold\x18\x03 \x01(\rR\tthreshold\x12\x12\n" +
+	"\x04seed\x18\x04 \x01(\fR\x04seed\x12\x18\n" +
+	"\aclients\x18\x05 \x03(\rR\aclients\"t\n" +
+	"\n" +
+	"SecAggKeys\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12\x16\n" +
+	"\x06client\x18\x02 \x01(\rR\x06client\x12\f\n" +
+	"\x01c\x18\x03 \x01(\fR\x01c\x12\f\n" +
+	"\x01s\x18\x04 \x01(\fR\x01s\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\"m\n" +
+	"\vSecAggPeers\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12(\n" +
+	"\x04keys\x18\x02 \x03(\v2\x14.fedpq.v1.SecAggKeysR\x04keys\x12\x1e\n" +
+	"\n" +
+	"identities\x18\x03 \x03(\fR\n" +
+	"identities\"Q\n" +
+	"\vSecAggShare\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\rR\x02to\x12\x1e\n" +
+	"\n" +
+	"ciphertext\x18\x03 \x01(\fR\n" +
+	"ciphertext\"S\n" +
+	"\fSecAggShares\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12-\n" +
+	"\x06shares\x18\x02 \x03(\v2\x15.fedpq.v1.SecAggShareR\x06shares\"\\\n" +
+	"\fSecAggUnmask\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1c\n" +
+	"\tsurvivors\x18\x02 \x03(\rR\tsurvivors\x12\x18\n" +
+	"\adropped\x18\x03 \x03(\rR\adropped\":\n" +
+	"\fSecAggSecret\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\rR\x05owner\x12\x14\n" +
+	"\x05share\x18\x02 \x01(\fR\x05share\"|\n" +
+	"\fSecAggReveal\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12*\n" +
+	"\x04self\x18\x02 \x03(\v2\x16.fedpq.v1.SecAggSecretR\x04self\x12*\n" +
+	"\x04pair\x18\x03 \x03(\v2\x16.fedpq.v1.SecAggSecretR\x04pair\"Q\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1a\n" +
 	"\baccepted\x18\x02 \x01(\bR\baccepted\x12\x14\n" +
@@ -1152,7 +1828,7 @@ func file_fedpq_proto_rawDescGZIP() []byte {
 	return file_fedpq_proto_rawDescData
 }
 
-var file_fedpq_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_fedpq_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_fedpq_proto_goTypes = []any{
 	(*ClientMessage)(nil), // 0: fedpq.v1.ClientMessage
 	(*ServerMessage)(nil), // 1: fedpq.v1.ServerMessage
@@ -1165,30 +1841,49 @@ var file_fedpq_proto_goTypes = []any{
 	(*Sealed)(nil),        // 8: fedpq.v1.Sealed
 	(*PartnerGone)(nil),   // 9: fedpq.v1.PartnerGone
 	(*Upload)(nil),        // 10: fedpq.v1.Upload
-	(*Receipt)(nil),       // 11: fedpq.v1.Receipt
-	(*Finished)(nil),      // 12: fedpq.v1.Finished
+	(*SecAgg)(nil),        // 11: fedpq.v1.SecAgg
+	(*SecAggKeys)(nil),    // 12: fedpq.v1.SecAggKeys
+	(*SecAggPeers)(nil),   // 13: fedpq.v1.SecAggPeers
+	(*SecAggShare)(nil),   // 14: fedpq.v1.SecAggShare
+	(*SecAggShares)(nil),  // 15: fedpq.v1.SecAggShares
+	(*SecAggUnmask)(nil),  // 16: fedpq.v1.SecAggUnmask
+	(*SecAggSecret)(nil),  // 17: fedpq.v1.SecAggSecret
+	(*SecAggReveal)(nil),  // 18: fedpq.v1.SecAggReveal
+	(*Receipt)(nil),       // 19: fedpq.v1.Receipt
+	(*Finished)(nil),      // 20: fedpq.v1.Finished
 }
 var file_fedpq_proto_depIdxs = []int32{
 	3,  // 0: fedpq.v1.ClientMessage.join:type_name -> fedpq.v1.Join
 	7,  // 1: fedpq.v1.ClientMessage.key_share:type_name -> fedpq.v1.KeyShare
 	8,  // 2: fedpq.v1.ClientMessage.sealed:type_name -> fedpq.v1.Sealed
 	10, // 3: fedpq.v1.ClientMessage.upload:type_name -> fedpq.v1.Upload
-	2,  // 4: fedpq.v1.ServerMessage.hello:type_name -> fedpq.v1.Hello
-	4,  // 5: fedpq.v1.ServerMessage.welcome:type_name -> fedpq.v1.Welcome
-	6,  // 6: fedpq.v1.ServerMessage.round_start:type_name -> fedpq.v1.RoundStart
-	7,  // 7: fedpq.v1.ServerMessage.partner_key:type_name -> fedpq.v1.KeyShare
-	8,  // 8: fedpq.v1.ServerMessage.partner_sealed:type_name -> fedpq.v1.Sealed
-	9,  // 9: fedpq.v1.ServerMessage.partner_gone:type_name -> fedpq.v1.PartnerGone
-	11, // 10: fedpq.v1.ServerMessage.receipt:type_name -> fedpq.v1.Receipt
-	12, // 11: fedpq.v1.ServerMessage.finished:type_name -> fedpq.v1.Finished
-	5,  // 12: fedpq.v1.RoundStart.ranges:type_name -> fedpq.v1.Range
-	0,  // 13: fedpq.v1.Federation.Session:input_type -> fedpq.v1.ClientMessage
-	1,  // 14: fedpq.v1.Federation.Session:output_type -> fedpq.v1.ServerMessage
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	12, // 4: fedpq.v1.ClientMessage.secagg_keys:type_name -> fedpq.v1.SecAggKeys
+	15, // 5: fedpq.v1.ClientMessage.secagg_shares:type_name -> fedpq.v1.SecAggShares
+	18, // 6: fedpq.v1.ClientMessage.secagg_reveal:type_name -> fedpq.v1.SecAggReveal
+	2,  // 7: fedpq.v1.ServerMessage.hello:type_name -> fedpq.v1.Hello
+	4,  // 8: fedpq.v1.ServerMessage.welcome:type_name -> fedpq.v1.Welcome
+	6,  // 9: fedpq.v1.ServerMessage.round_start:type_name -> fedpq.v1.RoundStart
+	7,  // 10: fedpq.v1.ServerMessage.partner_key:type_name -> fedpq.v1.KeyShare
+	8,  // 11: fedpq.v1.ServerMessage.partner_sealed:type_name -> fedpq.v1.Sealed
+	9,  // 12: fedpq.v1.ServerMessage.partner_gone:type_name -> fedpq.v1.PartnerGone
+	19, // 13: fedpq.v1.ServerMessage.receipt:type_name -> fedpq.v1.Receipt
+	20, // 14: fedpq.v1.ServerMessage.finished:type_name -> fedpq.v1.Finished
+	13, // 15: fedpq.v1.ServerMessage.secagg_peers:type_name -> fedpq.v1.SecAggPeers
+	15, // 16: fedpq.v1.ServerMessage.secagg_inbox:type_name -> fedpq.v1.SecAggShares
+	16, // 17: fedpq.v1.ServerMessage.secagg_unmask:type_name -> fedpq.v1.SecAggUnmask
+	5,  // 18: fedpq.v1.RoundStart.ranges:type_name -> fedpq.v1.Range
+	11, // 19: fedpq.v1.RoundStart.secagg:type_name -> fedpq.v1.SecAgg
+	12, // 20: fedpq.v1.SecAggPeers.keys:type_name -> fedpq.v1.SecAggKeys
+	14, // 21: fedpq.v1.SecAggShares.shares:type_name -> fedpq.v1.SecAggShare
+	17, // 22: fedpq.v1.SecAggReveal.self:type_name -> fedpq.v1.SecAggSecret
+	17, // 23: fedpq.v1.SecAggReveal.pair:type_name -> fedpq.v1.SecAggSecret
+	0,  // 24: fedpq.v1.Federation.Session:input_type -> fedpq.v1.ClientMessage
+	1,  // 25: fedpq.v1.Federation.Session:output_type -> fedpq.v1.ServerMessage
+	25, // [25:26] is the sub-list for method output_type
+	24, // [24:25] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_fedpq_proto_init() }
@@ -1201,6 +1896,9 @@ func file_fedpq_proto_init() {
 		(*ClientMessage_KeyShare)(nil),
 		(*ClientMessage_Sealed)(nil),
 		(*ClientMessage_Upload)(nil),
+		(*ClientMessage_SecaggKeys)(nil),
+		(*ClientMessage_SecaggShares)(nil),
+		(*ClientMessage_SecaggReveal)(nil),
 	}
 	file_fedpq_proto_msgTypes[1].OneofWrappers = []any{
 		(*ServerMessage_Hello)(nil),
@@ -1211,6 +1909,9 @@ func file_fedpq_proto_init() {
 		(*ServerMessage_PartnerGone)(nil),
 		(*ServerMessage_Receipt)(nil),
 		(*ServerMessage_Finished)(nil),
+		(*ServerMessage_SecaggPeers)(nil),
+		(*ServerMessage_SecaggInbox)(nil),
+		(*ServerMessage_SecaggUnmask)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1218,7 +1919,7 @@ func file_fedpq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fedpq_proto_rawDesc), len(file_fedpq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
