@@ -34,18 +34,21 @@ func finalModel(t *testing.T, c Config) ([32]byte, []report.Round) {
 // secure sum is exact), with clients dropping out after the keys are
 // shared (their masks rebuilt from the survivors' shares), and each upload
 // costs k = ceil(log2(n·(levels-1)+1)) bits per field: 5 bits per
-// parameter for the one-bit mechanisms and 24 clients.
+// parameter for the one-bit mechanisms and 24 clients, 7 for 80 (whose
+// round runs on a sparse neighbour graph).
 func TestSecureAggregationExact(t *testing.T) {
 	for _, tc := range []struct {
 		mech    string
 		lattice int
 		bits    float64 // per parameter, under secure aggregation
+		clients int     // more than 64: a sparse neighbour graph
 	}{
-		{"ldpq", 1, 5}, {"corbin", 1, 5}, {"augcorbin", 1, 5}, {"coq", 1, 5}, {"cq", 1, 5},
-		{"sdq", 1, 9}, {"sdq", 2, 10}, {"jopeq", 1, 18}, {"laplace+sdq", 1, 9},
+		{"ldpq", 1, 5, 24}, {"corbin", 1, 5, 24}, {"augcorbin", 1, 5, 24}, {"coq", 1, 5, 24}, {"cq", 1, 5, 24},
+		{"sdq", 1, 9, 24}, {"sdq", 2, 10, 24}, {"jopeq", 1, 18, 24}, {"laplace+sdq", 1, 9, 24},
+		{"corbin", 1, 7, 80},
 	} {
 		c := Default()
-		c.Clients, c.Rounds, c.Dropout, c.Weighting = 24, 3, 0.2, "mean"
+		c.Clients, c.Rounds, c.Dropout, c.Weighting = tc.clients, 3, 0.2, "mean"
 		c.Mechanism, c.Lattice = tc.mech, tc.lattice
 		if c.Mechanism != "corbin" && c.Mechanism != "ldpq" && c.Mechanism != "augcorbin" && c.Mechanism != "coq" && c.Mechanism != "cq" {
 			c.Range = "fixed:0,0.5"
@@ -58,7 +61,7 @@ func TestSecureAggregationExact(t *testing.T) {
 			t.Errorf("%s L=%d: the model differs under secure aggregation", tc.mech, tc.lattice)
 		}
 		for _, r := range rounds {
-			if r.UplinkBitsPerParam != tc.bits || r.Clients == 24 || r.SetupBytes == 0 || r.Discarded != "" {
+			if r.UplinkBitsPerParam != tc.bits || r.Clients == tc.clients || r.SetupBytes == 0 || r.Discarded != "" {
 				t.Errorf("%s L=%d round %d: %v bits/param (want %v), %d clients (want some dropped), %d setup bytes, discarded %q",
 					tc.mech, tc.lattice, r.Round, r.UplinkBitsPerParam, tc.bits, r.Clients, r.SetupBytes, r.Discarded)
 			}

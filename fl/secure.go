@@ -37,10 +37,23 @@ type secure struct {
 	setup   int64 // bytes of keys, sealed shares and reveals relayed
 }
 
-// secureAssumptions are the collusion and dropout rates the sparse
-// neighbour graph is sized for (secagg.SparseGraph): up to 5% of the
-// clients colluding with the server, and the configured dropout plus 5%.
-const secureCorrupt = 0.05
+// A round of up to completeGraph clients runs SecAgg+ on the complete
+// graph: every client a neighbour of every other, threshold floor(2n/3)+1,
+// so that any third of the clients less one may drop at any step. Larger
+// rounds use a sparse random graph (secagg.SparseGraph) sized for up to
+// secureCorrupt of the clients colluding with the server and the dropout
+// of secureDropout; more dropouts than that can leave a round unable to
+// unmask (it is then discarded, with the reason).
+const (
+	completeGraph = 64
+	secureCorrupt = 0.05
+)
+
+// secureDropout is the fraction of a round's clients the sparse graph
+// allows to drop: twice the configured dropout plus 5%, at least 10%.
+func (e *Engine) secureDropout() float64 {
+	return min(max(2*e.cfg.Dropout+0.05, 0.1), 0.9-secureCorrupt)
+}
 
 // checkSecure reports why a run cannot use secure aggregation: a mechanism
 // whose decode is not affine in integer fields, unequal weights, or a
@@ -73,9 +86,8 @@ func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int)
 		s.fields = append(s.fields, m.Fields(size(sp.Shape)))
 	}
 	p := secagg.Params{Bits: s.bits, Seed: corr.Key(e.secret, "secagg-session", uint64(t)), Round: uint64(t)}
-	if len(sel) > 2 {
-		dropout := min(e.cfg.Dropout+0.05, 0.9-secureCorrupt)
-		if degree, threshold, err := secagg.SparseGraph(len(sel), secureCorrupt, dropout); err == nil && degree < len(sel)-1 {
+	if len(sel) > completeGraph {
+		if degree, threshold, err := secagg.SparseGraph(len(sel), secureCorrupt, e.secureDropout()); err == nil && degree < len(sel)-1 {
 			p.Degree, p.Threshold = degree, threshold
 		}
 	}
