@@ -159,8 +159,8 @@ func (m *distDP) params(n int) (*distParams, error) {
 		return nil, err
 	}
 	p.signs = distRotation(dp)
-	m.cache.Store(dp, p)
-	return p, nil
+	got, _ := m.cache.LoadOrStore(dp, p)
+	return got.(*distParams), nil
 }
 
 // distRotationKey is the public key of the rotation's signs: the server
@@ -172,6 +172,40 @@ func distRotation(dp int) []uint64 {
 	w := make([]uint64, (dp+63)/64)
 	corr.Derive(distRotationKey, "distdp-rotation", uint64(dp)).Fill(w)
 	return w
+}
+
+// roundConditional rounds each y[i] into z[i], up with probability its
+// fractional part (to 2^-64), again until the squared norm of z is at most
+// limit, and returns the number of tries (Kairouz et al.'s conditional
+// rounding). The squared norm is exact in uint64: limit < 2^61, a square
+// beyond 2^62 counts as over, and adding stops once past the limit.
+func roundConditional(z []int64, y []float64, limit uint64, src corr.Source) (int, error) {
+	for try := 1; try <= distMaxTries; try++ {
+		var norm2 uint64
+		for i, v := range y {
+			fl := math.Floor(v)
+			z[i] = int64(fl)
+			// v - fl is exact for |v| < 2^52, and below 1.
+			if src.Uint64() < uint64(math.Ldexp(v-fl, 64)) {
+				z[i]++
+			}
+			if norm2 <= limit {
+				a := uint64(z[i])
+				if z[i] < 0 {
+					a = uint64(-z[i])
+				}
+				if a > 1<<31 {
+					norm2 = limit + 1
+				} else {
+					norm2 += a * a
+				}
+			}
+		}
+		if norm2 <= limit {
+			return try, nil
+		}
+	}
+	return distMaxTries, fmt.Errorf("conditional rounding failed %d times", distMaxTries)
 }
 
 func flipped(signs []uint64, i int) bool { return signs[i>>6]>>(i&63)&1 == 1 }
@@ -242,24 +276,12 @@ func (m *distDP) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, erro
 	}
 	fwht(y)
 	z := make([]int64, dp)
-	bound2 := p.bound * p.bound
-	for try := 0; ; try++ {
-		if try == distMaxTries {
-			return dst, fmt.Errorf("mech: %s: conditional rounding failed %d times", m.name, distMaxTries)
-		}
-		norm2 := 0.0
-		for i, v := range y {
-			fl := math.Floor(v)
-			z[i] = int64(fl)
-			// Up with probability v - fl, to 2^-64.
-			if s.Private.Uint64() < uint64(math.Ldexp(v-fl, 64)) {
-				z[i]++
-			}
-			norm2 += float64(z[i]) * float64(z[i])
-		}
-		if norm2 <= bound2 {
-			break
-		}
+	limit, err := p.normLimit()
+	if err != nil {
+		return dst, fmt.Errorf("mech: %s: %w", m.name, err)
+	}
+	if _, err := roundConditional(z, y, limit, s.Private); err != nil {
+		return dst, fmt.Errorf("mech: %s: %w", m.name, err)
 	}
 	if err := p.addNoise(z, s.Private); err != nil {
 		return dst, fmt.Errorf("mech: %s: %w", m.name, err)

@@ -64,6 +64,18 @@ type distParams struct {
 	signs   []uint64
 }
 
+// normLimit is the largest integer squared norm that conditional
+// rounding accepts: at most Bound^2 (its float64 square lowered by a
+// relative 2^-50, more than its rounding error), so the sensitivity the
+// accounting uses holds exactly.
+func (p *distParams) normLimit() (uint64, error) {
+	b2 := p.bound * p.bound * (1 - 0x1p-50)
+	if !(b2 < 0x1p61) {
+		return 0, fmt.Errorf("rounded norm bound %v too large", p.bound)
+	}
+	return uint64(b2), nil
+}
+
 // localVariance is the variance of one client's noise per coordinate, in
 // scaled units.
 func (p *distParams) localVariance() float64 {

@@ -341,3 +341,62 @@ func TestDistDPMeasure(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundConditional: for the largest input norm (every parameter at
+// ±r, so the scaled vector's norm is exactly sC, d = d' = 1024, n = 100,
+// eps 1), where the probabilistic bound of Kairouz et al. is the smaller,
+// every accepted rounding has squared norm at most the limit, some
+// roundings are retried (so the check is exercised), and the retry rate
+// is below beta = e^(-1/2), the paper's guarantee.
+func TestRoundConditional(t *testing.T) {
+	const dp = 1024
+	p, err := calibrate("ddgauss", 1, 1e-5, 16, 100, 4, dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.bound >= p.sc+math.Sqrt(dp) {
+		t.Fatalf("bound %v is the deterministic one: the test needs the probabilistic", p.bound)
+	}
+	limit, err := p.normLimit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := stream("round-conditional")
+	signs := distRotation(dp)
+	y := make([]float64, dp)
+	for i := range y {
+		y[i] = p.sc / math.Sqrt(dp)
+		if i%3 == 0 {
+			y[i] = -y[i]
+		}
+		if flipped(signs, i) {
+			y[i] = -y[i]
+		}
+	}
+	fwht(y)
+	for i := range y {
+		y[i] /= math.Sqrt(dp)
+	}
+	z := make([]int64, dp)
+	const trials = 2000
+	tries := 0
+	for range trials {
+		n, err := roundConditional(z, y, limit, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tries += n
+		var norm2 uint64
+		for _, v := range z {
+			norm2 += uint64(v * v)
+		}
+		if norm2 > limit || float64(norm2) > p.bound*p.bound {
+			t.Fatalf("accepted squared norm %d above the limit %d (bound %v)", norm2, limit, p.bound)
+		}
+	}
+	rate := float64(tries-trials) / float64(tries)
+	t.Logf("sC = %.2f, bound %.2f, %d tries for %d roundings (retry rate %.3f)", p.sc, p.bound, tries, trials, rate)
+	if tries == trials || rate > distBeta {
+		t.Errorf("retry rate %v: want in (0, %v]", rate, distBeta)
+	}
+}
