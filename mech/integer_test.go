@@ -18,7 +18,7 @@ type intCase struct {
 }
 
 func (ic intCase) String() string {
-	return fmt.Sprintf("%s(eps=%g d=%d px=%g R=%d L=%d)", ic.name, ic.c.Epsilon, ic.c.SharedBits, ic.c.Px, ic.c.Rate, ic.c.Lattice)
+	return fmt.Sprintf("%s(eps=%g d=%d px=%g R=%d L=%d b=%d n=%d)", ic.name, ic.c.Epsilon, ic.c.SharedBits, ic.c.Px, ic.c.Rate, ic.c.Lattice, ic.c.ModBits, ic.c.Clients)
 }
 
 // intCases covers every Integer mechanism at settings that change its
@@ -49,6 +49,10 @@ func intCases() []intCase {
 		c("jopeq", func(c *Config) { c.Rate, c.Lattice = 2, 2 }),
 		c("laplace+sdq", func(c *Config) { c.Rate = 4 }),
 		c("laplace+sdq", func(c *Config) { c.Rate, c.Lattice, c.Epsilon = 2, 2, 3 }),
+		c("ddgauss", func(c *Config) { c.Clients = 100 }),
+		c("ddgauss", func(c *Config) { c.Clients, c.ModBits, c.Epsilon = 100, 12, 4 }),
+		c("skellam", func(c *Config) { c.Clients = 100 }),
+		c("skellam", func(c *Config) { c.Clients, c.ModBits, c.Epsilon = 100, 12, 4 }),
 	}
 }
 

@@ -168,8 +168,8 @@ type PairVariancer interface {
 
 // Config holds every mechanism's settings; each reads the ones it needs.
 type Config struct {
-	Epsilon    float64 // privacy budget per parameter per round (PLDP)
-	Delta      float64 // gaussian: the delta of (eps, delta)-DP
+	Epsilon    float64 // privacy budget per parameter per round (PLDP); ddgauss, skellam: central, per tensor per round
+	Delta      float64 // gaussian, ddgauss, skellam: the delta of (eps, delta)-DP
 	SharedBits int     // corbin, augcorbin, coq: shared random bits per parameter (d)
 	Gamma      float64 // augcorbin: fraction of clients that quantize alone
 	Px         float64 // coq: bias of each shared coin
@@ -178,6 +178,16 @@ type Config struct {
 	Rate       int     // sdq, jopeq, laplace+sdq: bits per parameter
 	Lattice    int     // sdq, jopeq, laplace+sdq: 1 scalar, 2 hexagonal
 	CacheDir   string  // mvu: directory of solved matrices ("" for the user cache)
+	// ModBits is the bit width b of ddgauss and skellam: each coordinate
+	// is sent, and summed, modulo 2^b (0 means 16; TFF runs them at 12
+	// to 20 bits).
+	ModBits int
+	// Clients is the number n of clients whose sum ddgauss and skellam
+	// calibrate for: each adds 1/n of the central noise, and the modular
+	// range is sized for n. The round engine must set it to the round's
+	// number of clients; 0 means 1, where every client adds the whole
+	// noise (private at any count, n times the variance).
+	Clients int
 }
 
 // DefaultConfig returns the settings the papers use where they state them.
@@ -192,6 +202,7 @@ func DefaultConfig() Config {
 		BudgetBits: 2,
 		Rate:       4,
 		Lattice:    1,
+		ModBits:    16,
 	}
 }
 

@@ -80,6 +80,18 @@ func sweepVariants(name string) []sweepVariant {
 	case "jopeq":
 		return []sweepVariant{lat(1, 1, false), lat(2, 1, false), lat(4, 1, false), lat(32, 1, false), lat(2, 2, false), lat(4, 2, false),
 			lat(0, 1, true), lat(33, 1, true), lat(1, 2, true), lat(17, 2, true), lat(4, 3, true)}
+	case "ddgauss", "skellam":
+		return []sweepVariant{
+			v("defaults", false, func(*Config) {}),
+			v("b=8 n=100", false, func(c *Config) { c.ModBits, c.Clients = 8, 100 }),
+			v("b=18 n=1000", false, func(c *Config) { c.ModBits, c.Clients = 18, 1000 }),
+			v("delta 1e-12", false, func(c *Config) { c.Delta = 1e-12 }),
+			v("b=19", true, func(c *Config) { c.ModBits = 19 }),
+			v("b=1", true, func(c *Config) { c.ModBits = 1 }),
+			v("b=4 n=1000", true, func(c *Config) { c.ModBits, c.Clients = 4, 1000 }),
+			v("n=-1", true, func(c *Config) { c.Clients = -1 }),
+			v("delta 1", true, func(c *Config) { c.Delta = 1 }),
+		}
 	case "jopeq-compat":
 		return []sweepVariant{lat(1, 1, false), lat(4, 1, false), lat(31, 1, false), lat(1, 2, false), lat(4, 2, false),
 			lat(0, 1, true), lat(32, 1, true), lat(4, 0, true)}
@@ -284,6 +296,12 @@ func checkStatedEpsilon(t *testing.T, what string, m Mechanism, eps float64, ran
 		for _, rg := range ranges {
 			if l, err := q.noise(rg); err == nil && !l.IsPrivate(eps, 2*rg.Radius) {
 				t.Errorf("%s %v: scale %v is not eps-private", what, rg, l.Scale())
+			}
+		}
+	case *distDP:
+		for _, n := range []int{1, 5, 1000} {
+			if p, err := q.params(n); err == nil && !(p.eps <= eps) {
+				t.Errorf("%s n=%d: calibrated eps %v", what, n, p.eps)
 			}
 		}
 	case gaussian:
