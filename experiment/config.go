@@ -55,6 +55,7 @@ type Config struct {
 	BudgetBits int     `yaml:"budget_bits"`
 	Rate       int     `yaml:"rate"`
 	Lattice    int     `yaml:"lattice"`
+	ModBits    int     `yaml:"mod_bits"`
 	Transfer   bool    `yaml:"transfer"`
 	// SecureAggregation masks the messages with SecAgg+, so that the
 	// server learns only their sum.
@@ -94,7 +95,7 @@ func Default() Config {
 		Model: "linear", Optimizer: "sgd", LR: 0.05, Epochs: 1, Batch: 10,
 		Mechanism: "corbin", Epsilon: mc.Epsilon, Delta: mc.Delta, SharedBits: mc.SharedBits,
 		Gamma: mc.Gamma, Px: mc.Px, InputBits: mc.InputBits, BudgetBits: mc.BudgetBits,
-		Rate: mc.Rate, Lattice: mc.Lattice,
+		Rate: mc.Rate, Lattice: mc.Lattice, ModBits: mc.ModBits,
 		Range: "fixed:0,0.05", Perturb: "updates", Weighting: "examples", GlobalLR: 1,
 		LedgerDelta: 1e-5, Seed: 1, Engine: string(model.Native),
 	}
@@ -170,7 +171,17 @@ func (c Config) mechConfig() mech.Config {
 	return mech.Config{
 		Epsilon: c.Epsilon, Delta: c.Delta, SharedBits: c.SharedBits, Gamma: c.Gamma, Px: c.Px,
 		InputBits: c.InputBits, BudgetBits: c.BudgetBits, Rate: c.Rate, Lattice: c.Lattice,
+		ModBits: c.ModBits, Clients: c.roundClients(),
 	}
+}
+
+// roundClients is how many clients a round has when none drops out: what
+// ddgauss and skellam divide their noise among.
+func (c Config) roundClients() int {
+	if c.ClientsPerRound > 0 && c.ClientsPerRound < c.Clients {
+		return c.ClientsPerRound
+	}
+	return c.Clients
 }
 
 // engineConfig is the round engine's part of c.

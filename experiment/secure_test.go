@@ -46,10 +46,13 @@ func TestSecureAggregationExact(t *testing.T) {
 		{"ldpq", 1, 5, 24}, {"corbin", 1, 5, 24}, {"augcorbin", 1, 5, 24}, {"coq", 1, 5, 24}, {"cq", 1, 5, 24},
 		{"sdq", 1, 9, 24}, {"sdq", 2, 10, 24}, {"jopeq", 1, 18, 24}, {"laplace+sdq", 1, 9, 24},
 		{"corbin", 1, 7, 80},
+		// Modular sums: 12 bits per coordinate of the tensors padded to
+		// powers of two (600 -> 1024, 10 -> 16 of the 610 parameters).
+		{"ddgauss", 1, 12 * 1040.0 / 610, 24}, {"skellam", 1, 12 * 1040.0 / 610, 24},
 	} {
 		c := Default()
 		c.Clients, c.Rounds, c.Dropout, c.Weighting = tc.clients, 3, 0.2, "mean"
-		c.Mechanism, c.Lattice = tc.mech, tc.lattice
+		c.Mechanism, c.Lattice, c.ModBits = tc.mech, tc.lattice, 12
 		if c.Mechanism != "corbin" && c.Mechanism != "ldpq" && c.Mechanism != "augcorbin" && c.Mechanism != "coq" && c.Mechanism != "cq" {
 			c.Range = "fixed:0,0.5"
 		}

@@ -3,6 +3,7 @@ package fl
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/fedpq/fedpq/corr"
@@ -81,6 +82,11 @@ func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int)
 		return nil, err
 	}
 	s := &secure{m: m, slot: slot, ranges: ranges, got: make([]bool, len(sel)), bits: max(mech.SumBits(m, len(sel)), 1)}
+	if mm, ok := m.(mech.Modular); ok {
+		// ddgauss and skellam sum modulo 2^b by design (modular
+		// clipping): the protocol works in that group itself.
+		s.bits = bits.TrailingZeros64(mm.Modulus())
+	}
 	for _, sp := range e.specs {
 		s.sizes = append(s.sizes, size(sp.Shape))
 		s.fields = append(s.fields, m.Fields(size(sp.Shape)))
