@@ -491,6 +491,11 @@ func ParameterEpsilon(mechanism string, eps float64, o Observer) (float64, error
 		return math.Inf(1), nil
 	case "cq", "sdq", "jopeq-compat", "none", "clip":
 		return math.Inf(1), nil
+	case "ddgauss", "skellam":
+		// Their noise is a share of the central noise, calibrated for
+		// the sum of a round's messages under secure aggregation: one
+		// message has no per-parameter guarantee.
+		return math.Inf(1), nil
 	}
 	return 0, fmt.Errorf("privacy: no guarantee known for mechanism %q", mechanism)
 }
