@@ -310,6 +310,7 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: shares}}); err != nil {
 		return nil, err
 	}
+	c.log.Printf("round %d: sent its shares to %d neighbours", t, len(shares.Shares))
 
 	m2, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggInbox().GetRound() == t })
 	if m2 == nil {
@@ -381,8 +382,10 @@ func (c *Client) await(ctx context.Context, in <-chan *pb.ServerMessage, t uint3
 				c.log.Printf("round %d: ended before its secure aggregation did", t)
 				return nil, m, nil
 			case *pb.ServerMessage_Receipt:
-				if !b.Receipt.GetAccepted() {
-					c.log.Printf("round %d: upload refused: %s", b.Receipt.GetRound(), b.Receipt.GetError())
+				if r := b.Receipt; r.GetAccepted() {
+					c.log.Printf("round %d: upload accepted", r.GetRound())
+				} else {
+					c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
 				}
 			default:
 				if want(m) {

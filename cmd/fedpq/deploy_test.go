@@ -304,3 +304,56 @@ func TestClientKeyDefault(t *testing.T) {
 		t.Errorf("%d keys made, want 2:\n%s", n, logb.String())
 	}
 }
+
+// TestSecureDeploymentProcesses: a server and 8 client processes run 3
+// secure rounds of ldpq. In round 2 one client is killed once it has sent
+// its shares (before its masked upload) and one once the server has
+// accepted its masked upload; the round unmasks the sum of the 7 uploads (not
+// discarded), and round 3 goes on with the 6 left, at 3 bits per
+// parameter. (Which step each kill lands in is up to the scheduler; the
+// exact recovery of each case is transport's TestSecureDeployment.)
+func TestSecureDeploymentProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 9 processes")
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	runDir := filepath.Join(t.TempDir(), "run")
+	server := start(t, "server", "server", "--mechanism", "ldpq", "--clients", "8", "--rounds", "3", "--weighting", "mean",
+		"--secure-aggregation", "--out", runDir, "--listen", addr, "--token", "secure-test", "--min-clients", "6",
+		"--gather", "2s", "--key-share-timeout", "10s")
+	server.await(t, "listening on", time.Minute)
+	clients := make([]*proc, 8)
+	for k := range clients {
+		clients[k] = start(t, fmt.Sprintf("client %d", k), "client", "--server", addr, "--partition", fmt.Sprintf("%d/8", k),
+			"--token", "secure-test", "--seed", fmt.Sprint(k), "--retry-for", "1m")
+	}
+	clients[3].await(t, `round 2: sent its shares`, 2*time.Minute)
+	clients[3].cmd.Process.Kill()
+	clients[5].await(t, `round 2: upload accepted`, 2*time.Minute)
+	clients[5].cmd.Process.Kill()
+	if err := server.wait(t, 2*time.Minute); err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	run, err := report.ReadRun(runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, bits []int
+	for _, r := range run.Rounds {
+		got, bits = append(got, r.Clients), append(bits, int(r.UplinkBitsPerParam))
+		if r.Discarded != "" {
+			t.Errorf("round %d: discarded: %s", r.Round, r.Discarded)
+		}
+	}
+	if fmt.Sprint(got) != "[8 7 6]" || fmt.Sprint(bits) != "[4 4 3]" {
+		t.Errorf("uploads per round %v at %v bits/param, want [8 7 6] at [4 4 3]", got, bits)
+	}
+	if !slicesContain(server.lines(), "round 2: unmasking the sum of 7 clients' uploads") {
+		t.Error("round 2 did not unmask 7 uploads")
+	}
+}
