@@ -185,6 +185,7 @@ func (rec *Recorder) add(r report.Round) error {
 	s := rec.s
 	s.Rounds = r.Round
 	s.UplinkBitsTotal += r.UplinkBits
+	s.SetupBytesTotal += r.SetupBytes
 	s.UplinkBitsPerParam = r.UplinkBitsPerParam
 	s.EpsilonPerRound, s.EpsilonSpent, s.Privacy = r.Epsilon, r.EpsilonSpent, r.Privacy
 	s.Seconds = r.Seconds

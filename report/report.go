@@ -75,8 +75,12 @@ type Summary struct {
 	BestRound          int     `json:"best_round"`
 	UplinkBitsTotal    int64   `json:"uplink_bits_total"`
 	UplinkBitsPerParam float64 `json:"uplink_bits_per_param"`
-	EpsilonPerRound    float64 `json:"epsilon_per_round"`
-	EpsilonSpent       float64 `json:"epsilon_spent"`
+	// SetupBytesTotal is everything relayed to set up shared randomness
+	// and secure aggregation, over the rounds: key shares, sealed bits,
+	// secure aggregation's keys, shares and reveals.
+	SetupBytesTotal int64   `json:"setup_bytes_total"`
+	EpsilonPerRound float64 `json:"epsilon_per_round"`
+	EpsilonSpent    float64 `json:"epsilon_spent"`
 	// Privacy is the final ledger of the client that took part in the most
 	// rounds; ClientRounds the rounds each client took part in, from which
 	// privacy.Account gives any client's.

@@ -136,7 +136,11 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	}
 	fmt.Fprintf(stdout, "%s: %s on %s, %s, %d rounds\n", s.Name, s.Mechanism, s.Dataset, s.Model, s.Rounds)
 	fmt.Fprintf(stdout, "  final accuracy %.4f, best %.4f (round %d)\n", s.FinalAccuracy, s.BestAccuracy, s.BestRound)
-	fmt.Fprintf(stdout, "  uplink %.4g bits/param per client, %.4g MB in all\n", s.UplinkBitsPerParam, float64(s.UplinkBitsTotal)/8e6)
+	fmt.Fprintf(stdout, "  uplink %.4g bits/param per client, %.4g MB in all", s.UplinkBitsPerParam, float64(s.UplinkBitsTotal)/8e6)
+	if s.SetupBytesTotal > 0 {
+		fmt.Fprintf(stdout, "; setup (keys, shares) %.4g MB more", float64(s.SetupBytesTotal)/1e6)
+	}
+	fmt.Fprintln(stdout)
 	if l := s.Privacy; l != nil {
 		fmt.Fprintf(stdout, "  privacy of the most-sampled client (%d rounds, %d parameters; composed at delta %g):\n", l.Rounds, l.Parameters, l.Delta)
 		// Observers with the same guarantee share a line.
