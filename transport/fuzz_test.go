@@ -10,12 +10,15 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/secagg"
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
 )
 
@@ -35,13 +38,19 @@ var fuzzChallenge = make([]byte, 32)
 // aggregate only ever holds whole, valid uploads, a joined client's weight
 // never exceeds its partition, and the round ends with a finite model, an
 // evaluation and a report that can be written.
+//
+// The last servers run secure rounds (ldpq, corbin): there the message
+// arrives at the step of the protocol the input's first byte names, the
+// two clients' honest secagg parts having run the steps before it.
 func FuzzClientMessage(f *testing.F) {
-	names := mech.Names()
+	names := append(mech.Names(), "ldpq", "corbin")
+	secureFrom := len(names) - 2
 	servers := make([]fuzzServer, len(names))
 	joiner := ed25519.NewKeyFromSeed(make([]byte, 32))
 	for i, name := range names {
 		c := experiment.Default()
 		c.Clients, c.Rounds, c.Mechanism, c.Out = 2, 1, name, f.TempDir()
+		c.SecureAggregation, c.Weighting = i >= secureFrom, "mean"
 		srv, err := NewServer(ServerConfig{Run: c, Token: token, RoundTimeout: 1, Log: log.New(io.Discard, "", 0)})
 		if err != nil {
 			f.Fatalf("%s: %v", name, err)
@@ -78,6 +87,10 @@ func FuzzClientMessage(f *testing.F) {
 		}
 		for _, m := range []*pb.ClientMessage{
 			{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Payloads: payloads, Loss: 0.5}}},
+			{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Masked: make([]byte, plan.MaskedBytes()), Loss: 0.5}}},
+			{Body: &pb.ClientMessage_SecaggKeys{SecaggKeys: &pb.SecAggKeys{Round: 1, C: make([]byte, 32), S: make([]byte, 32), Signature: make([]byte, 64)}}},
+			{Body: &pb.ClientMessage_SecaggShares{SecaggShares: &pb.SecAggShares{Round: 1, Shares: []*pb.SecAggShare{{From: 0, To: 1, Ciphertext: make([]byte, 200)}}}}},
+			{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: &pb.SecAggReveal{Round: 1, Self: []*pb.SecAggSecret{{Owner: 1, Share: make([]byte, 64)}}}}},
 			{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Payloads: huge, Loss: 0.5}}},
 			{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Payloads: payloads, Loss: math.MaxFloat64}}},
 			{Body: &pb.ClientMessage_KeyShare{KeyShare: &pb.KeyShare{Round: 1, Client: 0, Partner: 1, PublicKey: make([]byte, 32), Signature: make([]byte, 64)}}},
@@ -93,6 +106,12 @@ func FuzzClientMessage(f *testing.F) {
 				f.Fatal(err)
 			}
 			f.Add(uint8(i), b)
+			secureKind := m.GetSecaggKeys() != nil || m.GetSecaggShares() != nil || m.GetSecaggReveal() != nil || len(m.GetUpload().GetMasked()) > 0
+			if i >= secureFrom && secureKind { // the secure round's later steps
+				for step := 1; step < 4; step++ {
+					f.Add(uint8(i+step*len(names)), b)
+				}
+			}
 		}
 	}
 	f.Fuzz(func(t *testing.T, which uint8, b []byte) {
@@ -112,8 +131,13 @@ func FuzzClientMessage(f *testing.F) {
 		srv.round = newServerRound(plan)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		sess := &session{id: 0, examples: 10, out: make(chan *pb.ServerMessage, 16), ctx: ctx, cancel: cancel}
+		sess := &session{id: 0, examples: 10, out: make(chan *pb.ServerMessage, 64), ctx: ctx, cancel: cancel}
 		srv.sessions = map[uint32]*session{0: sess}
+		added := 0
+		if rd := srv.round; int(which)%len(servers) >= secureFrom {
+			rd.secure = newSecureRound(plan, time.Now().Add(time.Minute))
+			added = secureSteps(t, srv, rd, int(which)/len(servers)%4)
+		}
 		if j := m.GetJoin(); j != nil {
 			if joined, err := srv.join(ctx, j, fuzzChallenge, "fuzz"); err == nil {
 				if joined.examples > len(srv.su.Clients[joined.id]) {
@@ -124,7 +148,7 @@ func FuzzClientMessage(f *testing.F) {
 		} else {
 			srv.handle(sess, &m)
 		}
-		if plan.Received() > 1 {
+		if plan.Received()-added > 1 {
 			t.Fatalf("%d uploads from one client", plan.Received())
 		}
 		r, err := srv.eng.End(plan)
@@ -193,4 +217,82 @@ func FuzzRoundStart(f *testing.F) {
 			}
 		}
 	})
+}
+
+// secureSteps runs the honest secagg parts of clients 0 and 1 through the
+// steps of the secure round rd before the given one, and returns how many
+// uploads it added.
+func secureSteps(t *testing.T, srv *Server, rd *serverRound, step int) int {
+	t.Helper()
+	sr := rd.secure
+	ids := []uint64{0, 1}
+	var cls []*secagg.Client
+	for _, id := range ids {
+		c, err := secagg.NewClient(sr.params, id, ids, corr.Derive([]byte("fuzz"), "secagg", id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cls = append(cls, c)
+	}
+	if step == secureKeys {
+		return 0
+	}
+	for i, c := range cls {
+		a := c.Keys()
+		if err := sr.srv.AddKeys(uint64(i), a); err != nil {
+			t.Fatal(err)
+		}
+		sr.keys[uint32(i)] = &pb.SecAggKeys{Round: 1, Client: uint32(i), C: a.C, S: a.S}
+	}
+	srv.nextStep(rd)
+	if step == secureShares {
+		return 0
+	}
+	inbox := map[uint64]map[uint64][]byte{0: {}, 1: {}}
+	for i, c := range cls {
+		peers, err := sr.srv.Keys(uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := c.Share(peers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for to, ct := range sealed {
+			inbox[to][uint64(i)] = ct
+		}
+		if err := sr.srv.AddShares(uint64(i), sealed); err != nil {
+			t.Fatal(err)
+		}
+		sr.shared[uint32(i)] = true
+	}
+	srv.nextStep(rd)
+	upload := func(i int) {
+		y, err := cls[i].Mask(make([]uint64, srv.su.Model.NumParams()), inbox[uint64(i)]) // ldpq, corbin: a field per parameter
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rd.plan.AddMasked(i, fl.PackFields(y, sr.params.Bits), 0.5); err != nil {
+			t.Fatal(err)
+		}
+		rd.state[i] = uploaded
+	}
+	upload(1)
+	if step == secureMasked {
+		return 1
+	}
+	upload(0)
+	srv.nextStep(rd)
+	survivors, dropped, err := sr.srv.Request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cls[1].Unmask(survivors, dropped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sr.srv.AddReveal(1, r); err != nil {
+		t.Fatal(err)
+	}
+	return 2
 }
