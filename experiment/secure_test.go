@@ -130,12 +130,22 @@ func TestLedgerAgainstHiddenServer(t *testing.T) {
 	for _, tc := range []struct {
 		mech    string
 		shuffle bool
-	}{{"ldpq", false}, {"ldpq", true}, {"corbin", false}, {"jopeq", false}} {
+	}{{"ldpq", false}, {"ldpq", true}, {"corbin", false}, {"jopeq", false}, {"ddgauss", false}} {
 		c := Default()
 		c.Clients, c.Rounds, c.Weighting, c.Mechanism, c.Out = 30, 2, "mean", tc.mech, t.TempDir()
 		c.SecureAggregation, c.Shuffle = !tc.shuffle, tc.shuffle
+		if tc.mech == "ddgauss" {
+			c.Epsilon, c.ModBits = 5, 12
+		}
 		_, rounds := finalModel(t, c)
 		l := rounds[len(rounds)-1].Privacy
+		if tc.mech == "ddgauss" {
+			// Its calibration: eps per tensor per round (2 tensors).
+			if l == nil || l.Eavesdropper != nil || l.Server == nil || l.Server.UploadRound != 10 || l.Server.UploadOptimal != 20 {
+				t.Errorf("ddgauss: ledger %+v, server %+v", l, l.Server)
+			}
+			continue
+		}
 		if l == nil || l.ServerView == "" || l.Eavesdropper == nil || l.Eavesdropper.ParamRound != c.Epsilon {
 			t.Fatalf("%s: ledger %+v", tc.mech, l)
 		}

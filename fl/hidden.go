@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/privacy"
 )
 
@@ -34,6 +35,8 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 		return nil
 	}
 	switch e.cfg.Mechanism {
+	case "ddgauss", "skellam":
+		return e.distributed(l)
 	case "ldpq":
 		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter (%s; privacy blanket)", how, e.minSum, by)
 	case "corbin", "coq", "augcorbin":
@@ -93,5 +96,34 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 		return err
 	}
 	l.Server = &s
+	return nil
+}
+
+// distributed is the server's entry of ddgauss and skellam: calibrated
+// (mech) to Epsilon at the mechanism's Delta for one tensor's sum in one
+// round, when the noise of all Mech.Clients clients is in it; a round's
+// whole upload and the rounds compose by the basic theorem, so their
+// deltas add (tensors × rounds × Delta). A round that summed fewer clients
+// than the noise was calibrated for has less noise, and voids the bound.
+func (e *Engine) distributed(l *privacy.Ledger) error {
+	tensors, k := len(e.specs), e.most()
+	delta := e.cfg.Mech.Delta
+	if delta == 0 {
+		delta = mech.DefaultConfig().Delta
+	}
+	n := max(e.cfg.Mech.Clients, 1)
+	l.ServerView = fmt.Sprintf("only the sum of at least %d clients' messages per coordinate (secure aggregation; %s's central noise, calibrated per tensor at delta %g for %d clients; basic composition over the %d tensors and the rounds, so the deltas add)",
+		e.minSum, e.cfg.Mechanism, delta, n, tensors)
+	if e.minSum < n {
+		l.Server = nil
+		l.ServerView += fmt.Sprintf("; a round summed %d, so part of the noise is missing", e.minSum)
+		return nil
+	}
+	eps := e.cfg.Mech.Epsilon
+	t := float64(tensors) * eps
+	l.Server = &privacy.Spent{
+		ParamRound: eps, ParamBasic: float64(k) * eps, ParamAdvanced: float64(k) * eps, ParamOptimal: float64(k) * eps,
+		UploadRound: t, UploadBasic: float64(k) * t, UploadAdvanced: float64(k) * t, UploadOptimal: float64(k) * t,
+	}
 	return nil
 }

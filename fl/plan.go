@@ -223,6 +223,14 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 			}
 		}
 		r.Privacy = l
+	} else if _, modular := e.m.(mech.Modular); modular && e.cfg.SecureAggregation {
+		// ddgauss and skellam: no guarantee from one message, a central
+		// one from the secure sum.
+		l := &privacy.Ledger{Rounds: e.most(), Parameters: e.params, Delta: e.cfg.LedgerDelta}
+		if err := e.hidden(l, p.T == e.cfg.Rounds); err != nil {
+			return r, err
+		}
+		r.Privacy = l
 	}
 	if p.T%e.cfg.EvalEvery == 0 || p.T == e.cfg.Rounds {
 		if err := e.evaluate(&r); err != nil {
