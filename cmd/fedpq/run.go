@@ -139,6 +139,13 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	fmt.Fprintf(stdout, "  uplink %.4g bits/param per client, %.4g MB in all", s.UplinkBitsPerParam, float64(s.UplinkBitsTotal)/8e6)
 	if s.SetupBytesTotal > 0 {
 		fmt.Fprintf(stdout, "; setup (keys, shares) %.4g MB more", float64(s.SetupBytesTotal)/1e6)
+		uploads := 0
+		for _, k := range s.ClientRounds {
+			uploads += k
+		}
+		if uploads > 0 {
+			fmt.Fprintf(stdout, ", %.4g kB per client and round", float64(s.SetupBytesTotal)/1e3/float64(uploads))
+		}
 	}
 	fmt.Fprintln(stdout)
 	if l := s.Privacy; l != nil {
