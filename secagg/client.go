@@ -1,6 +1,7 @@
 package secagg
 
 import (
+	"bytes"
 	"crypto/ecdh"
 	"encoding/binary"
 	"fmt"
@@ -157,14 +158,31 @@ func (cl *Client) Share(keys map[uint64]Advertised) (map[uint64][]byte, error) {
 	return out, nil
 }
 
+// checkKeys refuses keys that are not X25519 public keys, or are points
+// of small order, with which every agreement is all zeros: a client that
+// advertised one would make each neighbour's ECDH fail, and so knock it
+// out of the round.
 func checkKeys(a Advertised) error {
 	for _, k := range [][]byte{a.C, a.S} {
-		if _, err := ecdh.X25519().NewPublicKey(k); err != nil {
+		pub, err := ecdh.X25519().NewPublicKey(k)
+		if err != nil {
+			return err
+		}
+		if _, err := probe.ECDH(pub); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// probe is a fixed private key that checkKeys agrees with.
+var probe = func() *ecdh.PrivateKey {
+	k, err := ecdh.X25519().NewPrivateKey(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		panic(err) // unreachable: any 32 bytes are an X25519 private key
+	}
+	return k
+}()
 
 // shareKey is the key that seals from's shares to to, from the agreement
 // of their c keys: one key per direction, each used once.

@@ -1,6 +1,8 @@
 package secagg
 
 import (
+	"bytes"
+	"crypto/ecdh"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -466,5 +468,37 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := cl[ids[1]].Mask([]uint64{1}, bad); err == nil {
 		t.Error("tampered shares accepted")
+	}
+}
+
+// TestSmallOrderKeys: keys that are points of small order, with which any
+// agreement is all zeros, are refused by the server, so that no client
+// can make its neighbours' key agreements fail and knock them out of the
+// round.
+func TestSmallOrderKeys(t *testing.T) {
+	ids := seq(3)
+	srv, err := NewServer(Params{Bits: 8}, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := func() []byte {
+		k, err := ecdh.X25519().NewPrivateKey(bytes.Repeat([]byte{3}, 32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k.PublicKey().Bytes()
+	}()
+	one := make([]byte, 32)
+	one[0] = 1 // the point u = 1, of order 4
+	for _, bad := range [][]byte{make([]byte, 32), one} {
+		if err := srv.AddKeys(ids[0], Advertised{C: bad, S: good}); err == nil {
+			t.Errorf("c key %x accepted", bad)
+		}
+		if err := srv.AddKeys(ids[0], Advertised{C: good, S: bad}); err == nil {
+			t.Errorf("s key %x accepted", bad)
+		}
+	}
+	if err := srv.AddKeys(ids[0], Advertised{C: good, S: good}); err != nil {
+		t.Errorf("good keys refused: %v", err)
 	}
 }
