@@ -74,7 +74,8 @@ func secaggKeysSigned(runID []byte, k *pb.SecAggKeys) []byte {
 func (s *Server) advance(rd *serverRound, now time.Time) bool {
 	sr := rd.secure
 	present := func(pos int) bool {
-		return rd.state[pos] != gone && s.sessions[uint32(rd.plan.Clients[pos])] != nil
+		st := rd.state[pos]
+		return (st == waiting || st == uploaded) && s.sessions[uint32(rd.plan.Clients[pos])] != nil
 	}
 	for {
 		complete := true
@@ -177,8 +178,27 @@ func (s *Server) secureSend(rd *serverRound, id uint32, m *pb.ServerMessage) {
 }
 
 // secureMessage handles a client's message of a secure round's protocol.
-// s.mu is held.
+// A client whose keys or shares are refused is out of the round, and one
+// whose answer is refused is not waited for: no step waits for a client
+// that broke the protocol. s.mu is held.
 func (s *Server) secureMessage(sess *session, m *pb.ClientMessage) error {
+	err := s.secureStep(sess, m)
+	round := m.GetSecaggKeys().GetRound() | m.GetSecaggShares().GetRound() | m.GetSecaggReveal().GetRound() // one is set
+	if rd := s.round; err != nil && rd != nil && rd.secure != nil && round == uint32(rd.plan.T) {
+		// A late message of an earlier round does not count against the
+		// client in this one.
+		if pos, ok := rd.pos[sess.id]; ok {
+			if m.GetSecaggReveal() != nil {
+				rd.secure.revealed[sess.id] = true
+			} else if rd.state[pos] == waiting {
+				rd.state[pos] = refused
+			}
+		}
+	}
+	return err
+}
+
+func (s *Server) secureStep(sess *session, m *pb.ClientMessage) error {
 	rd := s.round
 	var round uint32
 	switch b := m.GetBody().(type) {

@@ -919,3 +919,50 @@ func TestSecureDeployment(t *testing.T) {
 		t.Error("the secure round's model differs from the plain round's")
 	}
 }
+
+// TestSecureHostile: a client of a secure round that advertises keys of
+// small order (with which its neighbours' agreements would fail), then
+// floods shares and reveals, neither stops the round nor knocks out its
+// neighbours: the keys are refused, and the round ends with the 4 honest
+// uploads, unmasked, well before its deadline.
+func TestSecureHostile(t *testing.T) {
+	c := runConfig(t, "ldpq", 5, 1)
+	c.Weighting, c.SecureAggregation = "mean", true
+	ts := serve(t, ServerConfig{Run: c, KeyShareTimeout: 2 * time.Second, RoundTimeout: time.Minute}, "127.0.0.1:0")
+	bad := dial(t, ts.addr)
+	if err := bad.join(4, 5, token); err != nil {
+		t.Fatal(err)
+	}
+	var honest []*testClient
+	for k := range 4 {
+		honest = append(honest, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 5}))
+	}
+	start := time.Now()
+	bad.next(t, func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil })
+	keys := &pb.SecAggKeys{Round: 1, Client: 4, C: make([]byte, 32), S: make([]byte, 32)}
+	keys.Signature = ed25519.Sign(bad.key, secaggKeysSigned(bad.hello.GetRunId(), keys))
+	bad.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggKeys{SecaggKeys: keys}})
+	for range 3 {
+		bad.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: &pb.SecAggShares{Round: 1,
+			Shares: []*pb.SecAggShare{{From: 4, To: 0, Ciphertext: make([]byte, 160)}}}}})
+		bad.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: &pb.SecAggReveal{Round: 1,
+			Self: []*pb.SecAggSecret{{Owner: 0, Share: make([]byte, 64)}}}}})
+	}
+	ts.wait(t)
+	for _, h := range honest {
+		h.wait(t)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the round took %v", d)
+	}
+	run, err := report.ReadRun(c.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := run.Rounds[0]; r.Clients != 4 || r.Discarded != "" {
+		t.Errorf("round 1: %d uploads, discarded %q; want the 4 honest ones", r.Clients, r.Discarded)
+	}
+	if !strings.Contains(ts.log.String(), "client 4: refused: secagg: client 4's keys") {
+		t.Errorf("the small-order keys were not refused:\n%s", ts.log)
+	}
+}
