@@ -88,6 +88,9 @@ Run "fedpq <command> -h" for the flags of a command.
 func newFlags(name, synopsis, description string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("fedpq "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if flagSets != nil {
+		flagSets[name] = fs
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: fedpq %s %s\n\n%s\nFlags:\n", name, synopsis, description)
 		fs.PrintDefaults()
