@@ -51,6 +51,10 @@ type ServerConfig struct {
 	// after it a round goes on with the clients connected, so that one
 	// client gone for good does not stall the run (default 2 minutes).
 	Grace time.Duration
+	// MaxWait, if positive, bounds the wait for an explicit MinClients:
+	// after it the server stops with an error naming who is missing,
+	// rather than wait for ever.
+	MaxWait time.Duration
 	// RoundTimeout is each round's deadline: the round ends with the
 	// uploads received by then.
 	RoundTimeout time.Duration
@@ -472,13 +476,21 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 			}
 		} else {
 			since = time.Time{}
+			waited := time.Since(start)
+			if !s.fleet && s.cfg.MaxWait > 0 && waited >= s.cfg.MaxWait {
+				return nil, fmt.Errorf("round %d: %d of the %d clients needed connected after waiting %v (--max-wait); missing %s",
+					s.eng.Done()+1, n, need, s.cfg.MaxWait, missing)
+			}
 			if time.Since(logged) >= 30*time.Second {
 				wait := "waiting for them"
-				if graceLeft > 0 {
+				switch {
+				case graceLeft > 0:
 					wait = fmt.Sprintf("going on with those connected in %v", graceLeft.Round(time.Second))
+				case !s.fleet && s.cfg.MaxWait > 0:
+					wait = fmt.Sprintf("stopping in %v (--max-wait)", (s.cfg.MaxWait - waited).Round(time.Second))
 				}
-				s.log.Printf("round %d: waiting for clients (%d of %d connected, %d needed): missing %s; %s",
-					s.eng.Done()+1, n, s.cfg.Run.Clients, need, missing, wait)
+				s.log.Printf("round %d: waiting for clients for %v (%d of %d connected, %d needed): missing %s; %s",
+					s.eng.Done()+1, waited.Round(time.Second), n, s.cfg.Run.Clients, need, missing, wait)
 				logged = time.Now()
 			}
 		}
@@ -487,6 +499,8 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 			wait = s.cfg.Gather - time.Since(since)
 		} else if graceLeft > 0 {
 			wait = min(wait, graceLeft)
+		} else if !s.fleet && s.cfg.MaxWait > 0 {
+			wait = min(wait, s.cfg.MaxWait-time.Since(start))
 		}
 		select {
 		case <-ch:

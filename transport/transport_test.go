@@ -966,3 +966,18 @@ func TestSecureHostile(t *testing.T) {
 		t.Errorf("the small-order keys were not refused:\n%s", ts.log)
 	}
 }
+
+// TestMaxWait: a server that needs 2 clients and has 1 stops after
+// --max-wait with an error naming the client missing.
+func TestMaxWait(t *testing.T) {
+	c := runConfig(t, "ldpq", 2, 1)
+	ts := serve(t, ServerConfig{Run: c, MinClients: 2, MaxWait: time.Second}, "127.0.0.1:0")
+	r := dial(t, ts.addr)
+	if err := r.join(0, 2, token); err != nil {
+		t.Fatal(err)
+	}
+	ended(t, ts.done, "run")
+	if ts.err == nil || !strings.Contains(ts.err.Error(), "1 of the 2 clients needed connected after waiting 1s (--max-wait); missing clients 1") {
+		t.Errorf("server: %v", ts.err)
+	}
+}

@@ -65,6 +65,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	minClients := fs.Int("min-clients", 0, "clients connected before a round starts (0: all, for up to --grace)")
 	gather := fs.Duration("gather", 5*time.Second, "once min-clients are connected, how long to wait for the others")
 	grace := fs.Duration("grace", 2*time.Minute, "with min-clients 0, how long a round waits for missing clients before it goes on with those connected")
+	maxWait := fs.Duration("max-wait", 0, "with an explicit min-clients, how long a round waits for them before the server stops with an error (0: for ever)")
 	timeout := fs.Duration("round-timeout", 10*time.Minute, "deadline of each round: it ends with the uploads it has")
 	keyShares := fs.Duration("key-share-timeout", 30*time.Second, "how long a paired client has to send its key share before its partner encodes alone (at most half the round)")
 	joinTimeout := fs.Duration("join-timeout", 10*time.Second, "how long a connection has to join before it is closed")
@@ -95,7 +96,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	logger := log.New(stderr, "fedpq server: ", log.LstdFlags)
 	cfg := transport.ServerConfig{
-		Run: c, MinClients: *minClients, Gather: *gather, Grace: *grace, RoundTimeout: *timeout,
+		Run: c, MinClients: *minClients, Gather: *gather, Grace: *grace, MaxWait: *maxWait, RoundTimeout: *timeout,
 		KeyShareTimeout: min(*keyShares, *timeout/2), JoinTimeout: *joinTimeout, Token: *token, Log: logger,
 	}
 	if *rosterPath != "" {
