@@ -92,8 +92,11 @@ func newFlags(name, synopsis, description string, stderr io.Writer) *flag.FlagSe
 		flagSets[name] = fs
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: fedpq %s %s\n\n%s\nFlags:\n", name, synopsis, description)
-		fs.PrintDefaults()
+		fmt.Fprintf(stderr, "Usage: fedpq %s %s\n\n%s", name, synopsis, description)
+		if _, grouped := helpGroups[name]; !grouped {
+			fmt.Fprintf(stderr, "\nFlags:\n")
+		}
+		printFlags(stderr, name, fs)
 	}
 	return fs
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"flag"
+	"io"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -24,5 +28,32 @@ func TestConfigReference(t *testing.T) {
 	}
 	if string(want) != got {
 		t.Errorf("%s is out of date: go test ./cmd/fedpq -run TestConfigReference -update", path)
+	}
+}
+
+// TestHelpGrouped: fedpq run, server and client --help list every flag
+// once, under the headings a user scans (data, model and training,
+// mechanism, ...), in their order.
+func TestHelpGrouped(t *testing.T) {
+	for name, groups := range helpGroups {
+		var out, errb bytes.Buffer
+		run(context.Background(), []string{name, "-h"}, &out, &errb)
+		help := errb.String()
+		at := 0
+		for _, g := range groups {
+			i := strings.Index(help, "\n"+g.title+":\n")
+			if i < at {
+				t.Errorf("%s --help: heading %q missing or out of order", name, g.title)
+			}
+			at = i
+		}
+		flagSets = map[string]*flag.FlagSet{}
+		commands[name].run(context.Background(), []string{"-h"}, io.Discard, io.Discard)
+		flagSets[name].VisitAll(func(f *flag.Flag) {
+			if n := strings.Count(help, "\n  -"+f.Name+" "); n+strings.Count(help, "\n  -"+f.Name+"\n") != 1 {
+				t.Errorf("%s --help: flag -%s listed %d times", name, f.Name, n)
+			}
+		})
+		flagSets = nil
 	}
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+)
+
+// helpGroup is a heading of a command's --help and the flags under it, in
+// the order a user scans them.
+type helpGroup struct {
+	title string
+	flags []string
+}
+
+// The settings of a run, grouped; the server shows them too.
+var runGroups = []helpGroup{
+	{"Data", []string{"dataset", "data-dir", "partition", "clients", "clients-per-round", "dropout", "validation"}},
+	{"Model and training", []string{"model", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
+		"range", "perturb", "weighting", "global-lr", "patience", "eval-every", "engine", "workers", "seed"}},
+	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
+		"rate", "lattice", "mod-bits", "transfer"}},
+	{"Hiding the messages from the server", []string{"secure-aggregation", "shuffle"}},
+	{"Privacy ledger", []string{"ledger-delta"}},
+	{"Output", []string{"config", "name", "out", "resume", "format", "quiet"}},
+}
+
+// helpGroups is each command's grouping; a command without one lists its
+// flags alphabetically.
+var helpGroups = map[string][]helpGroup{
+	"run": runGroups,
+	"server": append([]helpGroup{{"Server", []string{"listen", "token", "roster", "tls-cert", "tls-key", "min-clients",
+		"gather", "grace", "max-wait", "round-timeout", "key-share-timeout", "join-timeout"}}}, runGroups...),
+	"client": {
+		{"Server", []string{"server", "partition", "token", "key", "roster", "tls", "tls-ca", "tls-server-name", "retry-for"}},
+		{"Data", []string{"data-dir"}},
+		{"Testing", []string{"seed"}},
+	},
+}
+
+// printFlags prints fs's flags under the command's headings; flags no
+// heading names come last, under "Other".
+func printFlags(w io.Writer, name string, fs *flag.FlagSet) {
+	groups, ok := helpGroups[name]
+	if !ok {
+		fs.PrintDefaults()
+		return
+	}
+	shown := map[string]bool{}
+	print := func(title string, names []string) {
+		sub := flag.NewFlagSet(name, flag.ContinueOnError)
+		sub.SetOutput(w)
+		for _, n := range names {
+			if f := fs.Lookup(n); f != nil && !shown[n] {
+				sub.Var(f.Value, f.Name, f.Usage)
+				sub.Lookup(n).DefValue = f.DefValue
+				shown[n] = true
+			}
+		}
+		if !hasFlags(sub) {
+			return
+		}
+		fmt.Fprintf(w, "\n%s:\n", title)
+		sub.PrintDefaults()
+	}
+	for _, g := range groups {
+		print(g.title, g.flags)
+	}
+	var rest []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if !shown[f.Name] {
+			rest = append(rest, f.Name)
+		}
+	})
+	slices.Sort(rest)
+	print("Other", rest)
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
