@@ -58,7 +58,7 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := NewRecorder(c, eng, resume)
+	rec, err := NewRecorder(su.Config, eng, resume)
 	if err != nil {
 		return nil, err
 	}
@@ -91,8 +91,10 @@ type Setup struct {
 	Optimizer  model.Optimizer
 }
 
-// NewSetup validates c, loads its data and partitions it.
+// NewSetup validates c, loads its data and partitions it. The setup's
+// Config has its partition resolved (ResolvePartition).
 func NewSetup(c Config) (*Setup, error) {
+	c, _ = c.ResolvePartition()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -136,8 +138,9 @@ type Recorder struct {
 
 // NewRecorder opens c's run directory for eng. With resume, eng is first
 // restored from the directory's checkpoint and the rounds recorded up to it
-// are kept.
+// are kept. config.yaml records c with its partition resolved.
 func NewRecorder(c Config, eng *fl.Engine, resume bool) (*Recorder, error) {
+	c, _ = c.ResolvePartition()
 	dir := c.Dir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

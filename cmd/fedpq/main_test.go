@@ -107,3 +107,21 @@ func TestRunConfigAndFlags(t *testing.T) {
 		t.Errorf("bad flag: exit %d", code)
 	}
 }
+
+// TestRunImageDatasetDefaults: --dataset mnist with no partition runs (the
+// default partition was natural, which mnist does not have), says on
+// stderr which partition it chose, and records it in config.yaml.
+func TestRunImageDatasetDefaults(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	code, _, stderr := runCLI("run", "--dataset", "mnist", "--data-dir", "../../../shared/datasets", "--model", "linear",
+		"--clients", "5", "--rounds", "1", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.HasPrefix(stderr, "partition: iid (mnist has no clients of its own)\n") {
+		t.Errorf("stderr does not say the partition:\n%s", stderr)
+	}
+	if y, err := os.ReadFile(filepath.Join(out, "config.yaml")); err != nil || !strings.Contains(string(y), "partition: iid\n") {
+		t.Errorf("config.yaml: %v\n%s", err, y)
+	}
+}

@@ -44,7 +44,7 @@ var runFlagHelp = [][2]string{
 	{"out", "run directory"},
 	{"dataset", "mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA"},
 	{"data_dir", "directory of the dataset files (default $FEDPQ_DATA, else ./data)"},
-	{"partition", "how the training set is split among clients: iid, dirichlet:ALPHA, shards:K or natural"},
+	{"partition", "how the training set is split among clients: iid, dirichlet:ALPHA, shards:K, natural (the dataset's own clients: synthetic) or auto (natural where the dataset has clients of its own, else iid)"},
 	{"clients", "number of clients"},
 	{"clients_per_round", "clients sampled per round (0: all)"},
 	{"dropout", "probability that a sampled client drops out before uploading"},
@@ -108,6 +108,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("--format %q: want text or json", *format)
+	}
+	c, note := c.ResolvePartition()
+	if note != "" && !*quiet {
+		fmt.Fprintln(stderr, note)
 	}
 	run := func(p func(report.Round)) (*report.Summary, error) { return experiment.Run(ctx, c, p) }
 	if *resume != "" {
