@@ -279,6 +279,30 @@ func TestResume(t *testing.T) {
 	}
 }
 
+// TestResumeNotARun: resuming a directory that is not a run, or a run
+// without a checkpoint, says so and what a run directory holds, not which
+// file failed to open.
+func TestResumeNotARun(t *testing.T) {
+	empty := t.TempDir()
+	noCheckpoint := t.TempDir()
+	os.WriteFile(filepath.Join(noCheckpoint, "config.yaml"), []byte("rounds: 2\n"), 0o644)
+	for dir, want := range map[string][]string{
+		empty:                            {empty + " is not a run directory", "config.yaml, metrics.jsonl and checkpoint.gob"},
+		filepath.Join(empty, "nonesuch"): {"nonesuch is not a directory"},
+		noCheckpoint:                     {"has no checkpoint.gob", "--config " + filepath.Join(noCheckpoint, "config.yaml")},
+	} {
+		_, err := Resume(context.Background(), dir, nil)
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("resume %s: %v, want %q", dir, err, w)
+			}
+		}
+		if err != nil && strings.Contains(err.Error(), "no such file") {
+			t.Errorf("resume %s: %v", dir, err)
+		}
+	}
+}
+
 // TestQuickstartAsDocumented: the README and docs/training.md quote the
 // quick start's final accuracies; the same seed must give them exactly.
 func TestQuickstartAsDocumented(t *testing.T) {

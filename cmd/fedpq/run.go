@@ -109,18 +109,18 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("--format %q: want text or json", *format)
 	}
-	c, note := c.ResolvePartition()
-	if note != "" && !*quiet {
-		fmt.Fprintln(stderr, note)
-	}
-	run := func(p func(report.Round)) (*report.Summary, error) { return experiment.Run(ctx, c, p) }
+	run := func(p func(report.Round)) (*report.Summary, error) { return experiment.Resume(ctx, *resume, p) }
 	if *resume != "" {
-		c = experiment.Default()
-		if err := experiment.Load(filepath.Join(*resume, "config.yaml"), &c); err != nil {
+		var err error
+		if c, err = experiment.LoadRun(*resume); err != nil {
 			return err
 		}
-		c.Out = *resume
-		run = func(p func(report.Round)) (*report.Summary, error) { return experiment.Resume(ctx, *resume, p) }
+	} else {
+		var note string
+		if c, note = c.ResolvePartition(); note != "" && !*quiet {
+			fmt.Fprintln(stderr, note)
+		}
+		run = func(p func(report.Round)) (*report.Summary, error) { return experiment.Run(ctx, c, p) }
 	}
 	progress, done := runProgress(c, stderr, *quiet)
 	s, err := run(progress)
