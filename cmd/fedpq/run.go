@@ -107,7 +107,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		c.Name = strings.TrimSuffix(filepath.Base(*configPath), filepath.Ext(*configPath))
 	}
 	if *format != "text" && *format != "json" {
-		return fmt.Errorf("--format %q: want text or json", *format)
+		return badValue{fmt.Errorf("--format %q: want text or json", *format)}
 	}
 	run := func(p func(report.Round)) (*report.Summary, error) { return experiment.Resume(ctx, *resume, p) }
 	if *resume != "" {
@@ -117,6 +117,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	} else {
 		var note string
+		if err := c.Validate(); err != nil {
+			return badValue{err}
+		}
 		if c, note = c.ResolvePartition(); note != "" && !*quiet {
 			fmt.Fprintln(stderr, note)
 		}
