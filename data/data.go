@@ -49,6 +49,14 @@ type Federated struct {
 	Natural     [][]int
 }
 
+// HasOwnClients reports whether the dataset name defines its own clients
+// (Federated.Natural): the synthetic benchmark does, the image sets do not.
+// It lets a run choose its partition before loading anything.
+func HasOwnClients(name string) bool {
+	base, _, _ := strings.Cut(strings.ToLower(name), ":")
+	return base == "synthetic"
+}
+
 // EnvDir is the environment variable that names the data directory when no
 // flag does.
 const EnvDir = "FEDPQ_DATA"

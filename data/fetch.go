@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,8 +91,10 @@ func locate(dataset string, o Options, subdirs []string, want [][]string, fetch 
 	for _, names := range want {
 		all = append(all, names[0])
 	}
-	return nil, fmt.Errorf("data: %s: missing %s; looked in %s (download: %v). Put the files (%s) in %s, or point --data-dir or $%s at a directory holding them",
-		dataset, strings.Join(miss, ", "), strings.Join(dirs, ", "), cause, strings.Join(all, ", "), dirs[0], EnvDir)
+	// What to do first; where else it looked and why the download failed
+	// after, in one line a log keeps readable.
+	return nil, fmt.Errorf("data: %s: missing %s. Put the files (%s) in %s, or point --data-dir or $%s at a directory that holds them (looked in %s; download: %v)",
+		dataset, strings.Join(miss, ", "), strings.Join(all, ", "), dirs[0], EnvDir, strings.Join(dirs, ", "), cause)
 }
 
 // client bounds every stage of a download so an offline machine fails in
@@ -107,18 +110,31 @@ var client = &http.Client{
 }
 
 // fetchMirrors downloads f into dir from the first mirror that serves it
-// with the right checksum.
+// with the right checksum. Its error names the mirrors' hosts and only the
+// first mirror's error, without the URL: offline, every mirror fails the
+// same way, and three DNS errors would bury what the user has to do.
 func fetchMirrors(mirrors []string, f remoteFile, dir string) error {
-	var msgs []string
+	var first error
+	var hosts []string
 	for _, m := range mirrors {
 		err := download(m+f.name, filepath.Join(dir, f.name), f.md5)
 		if err == nil {
 			return nil
 		}
-		msgs = append(msgs, err.Error())
+		if first == nil {
+			first = err
+		}
+		host := m
+		if u, perr := url.Parse(m); perr == nil && u.Host != "" {
+			host = u.Host
+		}
+		hosts = append(hosts, host)
 	}
-	// One line, so the message that wraps this stays readable in a log.
-	return errors.New(strings.Join(msgs, "; "))
+	var ue *url.Error
+	if errors.As(first, &ue) {
+		first = ue.Err
+	}
+	return fmt.Errorf("no mirror served %s (%s): %v", f.name, strings.Join(hosts, ", "), first)
 }
 
 // download saves url at dst only if its MD5 is want: the data goes to a

@@ -85,3 +85,34 @@ func TestDir(t *testing.T) {
 		t.Errorf("flag %q", d)
 	}
 }
+
+// TestMissingUnreachable: with no files and no mirror reachable (a closed
+// local server stands for a machine without network), the error leads with
+// what to do (which files, where, or --data-dir) and gives the network's
+// part once, short: it listed every mirror's error first before.
+func TestMissingUnreachable(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	set := *mnist
+	set.mirrors = []string{srv.URL + "/a/", srv.URL + "/b/", srv.URL + "/c/"}
+	dir := t.TempDir()
+	_, err := loadIDX(&set, Options{Dir: dir})
+	if err == nil {
+		t.Fatal("loaded from an empty directory without a mirror")
+	}
+	msg := err.Error()
+	todo := "Put the files (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz) in " +
+		filepath.Join(dir, "mnist") + ", or point --data-dir or $FEDPQ_DATA at a directory that holds them"
+	if !strings.HasPrefix(msg, "data: mnist: missing train-images-idx3-ubyte.gz") || !strings.Contains(msg, todo) {
+		t.Errorf("the error does not lead with what to do:\n%s", msg)
+	}
+	if i, j := strings.Index(msg, todo), strings.Index(msg, "download"); i < 0 || j < i {
+		t.Errorf("the network's part comes before what to do:\n%s", msg)
+	}
+	if n := strings.Count(msg, "refused"); n != 1 || strings.Contains(msg, srv.URL) {
+		t.Errorf("the network's part is not short (%d errors, or the URLs):\n%s", n, msg)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "mnist")); len(entries) != 0 {
+		t.Errorf("the failed download left %v", entries)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
@@ -28,8 +29,9 @@ type Config struct {
 	Out     string `yaml:"out"`     // run directory ("": runs/NAME)
 	Dataset string `yaml:"dataset"` // mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA
 	DataDir string `yaml:"data_dir"`
-	// Partition is iid, dirichlet:ALPHA, shards:K or natural (the
-	// dataset's own clients: synthetic).
+	// Partition is iid, dirichlet:ALPHA, shards:K, natural (the
+	// dataset's own clients: synthetic) or auto (AutoPartition, the
+	// default; "" means the same).
 	Partition       string  `yaml:"partition"`
 	Clients         int     `yaml:"clients"`
 	ClientsPerRound int     `yaml:"clients_per_round"` // 0: all
@@ -90,7 +92,7 @@ type Config struct {
 func Default() Config {
 	mc := mech.DefaultConfig()
 	return Config{
-		Name: "quickstart", Dataset: "synthetic", Partition: "natural",
+		Name: "quickstart", Dataset: "synthetic", Partition: AutoPartition,
 		Clients: 30, Rounds: 40, EvalEvery: 1,
 		Model: "linear", Optimizer: "sgd", LR: 0.05, Epochs: 1, Batch: 10,
 		Mechanism: "corbin", Epsilon: mc.Epsilon, Delta: mc.Delta, SharedBits: mc.SharedBits,
@@ -99,6 +101,26 @@ func Default() Config {
 		Range: "fixed:0,0.05", Perturb: "updates", Weighting: "examples", GlobalLR: 1,
 		LedgerDelta: 1e-5, Seed: 1, Engine: string(model.Native),
 	}
+}
+
+// AutoPartition, the default partition, is natural where the dataset has
+// clients of its own (synthetic) and iid otherwise (the image sets), so
+// that --dataset alone gives a run that works.
+const AutoPartition = "auto"
+
+// ResolvePartition returns c with an auto partition replaced by the one it
+// stands for, and a line that says which and why ("" where c names its
+// partition). A run records the resolved partition in its config.yaml.
+func (c Config) ResolvePartition() (Config, string) {
+	if c.Partition != AutoPartition && c.Partition != "" {
+		return c, ""
+	}
+	if data.HasOwnClients(c.Dataset) {
+		c.Partition = "natural"
+		return c, fmt.Sprintf("partition: natural (%s has clients of its own)", c.Dataset)
+	}
+	c.Partition = "iid"
+	return c, fmt.Sprintf("partition: iid (%s has no clients of its own)", c.Dataset)
 }
 
 // Load reads a YAML file over c: keys present in the file replace c's
@@ -144,7 +166,8 @@ func (c Config) Validate() error {
 	if _, err := c.optimizer(); err != nil {
 		return err
 	}
-	if _, _, err := parsePartition(c.Partition); err != nil {
+	resolved, _ := c.ResolvePartition()
+	if _, _, err := parsePartition(resolved.Partition); err != nil {
 		return err
 	}
 	if !slices.Contains(model.Names(), c.Model) {
@@ -224,5 +247,5 @@ func parsePartition(s string) (kind string, arg float64, err error) {
 		}
 		return kind, v, nil
 	}
-	return "", 0, fmt.Errorf("partition %q: want iid, dirichlet:ALPHA, shards:K or natural", s)
+	return "", 0, fmt.Errorf("partition %q: want auto, iid, dirichlet:ALPHA, shards:K or natural", s)
 }

@@ -42,8 +42,8 @@ func TestRunWritesRunDirectory(t *testing.T) {
 	if err := Load(filepath.Join(c.Out, "config.yaml"), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back != c {
-		t.Errorf("config.yaml reads back as %+v, want %+v", back, c)
+	if want, _ := c.ResolvePartition(); back != want || back.Partition != "natural" {
+		t.Errorf("config.yaml reads back as %+v, want %+v", back, want)
 	}
 	run, err := report.ReadRun(c.Out)
 	if err != nil {
@@ -111,6 +111,37 @@ func TestBadConfigs(t *testing.T) {
 		f(&c)
 		if _, err := Run(context.Background(), c, nil); err == nil {
 			t.Errorf("case %d accepted", i)
+		}
+	}
+}
+
+// TestAutoPartition: the default partition is the dataset's own clients
+// for synthetic and iid for the image sets, which have none (it was
+// natural for every dataset, so --dataset mnist alone failed); a
+// partition that is set stays as it is.
+func TestAutoPartition(t *testing.T) {
+	c := Default()
+	c.Dataset, c.DataDir, c.Clients = "mnist", "../../shared/datasets", 10
+	su, err := NewSetup(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if su.Config.Partition != "iid" || len(su.Clients) != 10 {
+		t.Errorf("mnist: partition %q, %d clients", su.Config.Partition, len(su.Clients))
+	}
+	for _, tc := range []struct{ dataset, partition, want, note string }{
+		{"synthetic", "auto", "natural", "partition: natural (synthetic has clients of its own)"},
+		{"synthetic:0.5,0.5", "", "natural", "partition: natural (synthetic:0.5,0.5 has clients of its own)"},
+		{"fashion-mnist", "auto", "iid", "partition: iid (fashion-mnist has no clients of its own)"},
+		{"cifar10", "auto", "iid", "partition: iid (cifar10 has no clients of its own)"},
+		{"mnist", "dirichlet:0.5", "dirichlet:0.5", ""},
+		{"synthetic", "iid", "iid", ""},
+	} {
+		c := Default()
+		c.Dataset, c.Partition = tc.dataset, tc.partition
+		r, note := c.ResolvePartition()
+		if r.Partition != tc.want || note != tc.note {
+			t.Errorf("%s, %q: resolved to %q, %q; want %q, %q", tc.dataset, tc.partition, r.Partition, note, tc.want, tc.note)
 		}
 	}
 }
@@ -245,6 +276,30 @@ func TestResume(t *testing.T) {
 	}
 	if _, err := Resume(context.Background(), t.TempDir(), nil); err == nil {
 		t.Error("resuming a directory without a run accepted")
+	}
+}
+
+// TestResumeNotARun: resuming a directory that is not a run, or a run
+// without a checkpoint, says so and what a run directory holds, not which
+// file failed to open.
+func TestResumeNotARun(t *testing.T) {
+	empty := t.TempDir()
+	noCheckpoint := t.TempDir()
+	os.WriteFile(filepath.Join(noCheckpoint, "config.yaml"), []byte("rounds: 2\n"), 0o644)
+	for dir, want := range map[string][]string{
+		empty:                            {empty + " is not a run directory", "config.yaml, metrics.jsonl and checkpoint.gob"},
+		filepath.Join(empty, "nonesuch"): {"nonesuch is not a directory"},
+		noCheckpoint:                     {"has no checkpoint.gob", "--config " + filepath.Join(noCheckpoint, "config.yaml")},
+	} {
+		_, err := Resume(context.Background(), dir, nil)
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("resume %s: %v, want %q", dir, err, w)
+			}
+		}
+		if err != nil && strings.Contains(err.Error(), "no such file") {
+			t.Errorf("resume %s: %v", dir, err)
+		}
 	}
 }
 

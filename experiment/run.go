@@ -29,12 +29,36 @@ func Run(ctx context.Context, c Config, progress func(report.Round)) (*report.Su
 // configuration in its config.yaml: it ends exactly as the run would have
 // without the interruption.
 func Resume(ctx context.Context, dir string, progress func(report.Round)) (*report.Summary, error) {
-	c := Default()
-	if err := Load(filepath.Join(dir, "config.yaml"), &c); err != nil {
+	c, err := LoadRun(dir)
+	if err != nil {
 		return nil, err
 	}
-	c.Out = dir
 	return run(ctx, c, true, progress)
+}
+
+// LoadRun returns the configuration of the resumable run in dir, with Out
+// set to dir. Where dir is not a run directory, or holds no checkpoint, the
+// error says so and what one holds, rather than which file it failed to
+// open.
+func LoadRun(dir string) (Config, error) {
+	c := Default()
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return c, fmt.Errorf("resume: %s is not a directory; give the run directory of an interrupted run (runs/NAME)", dir)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	if _, err := os.Stat(cfg); err != nil {
+		return c, fmt.Errorf("resume: %s is not a run directory: a run directory holds config.yaml, %s and %s, as fedpq run writes them (runs/NAME)",
+			dir, report.MetricsFile, CheckpointFile)
+	}
+	if err := Load(cfg, &c); err != nil {
+		return c, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, CheckpointFile)); err != nil {
+		return c, fmt.Errorf("resume: %s has no %s: the run ended before its first round did; start it again with --config %s",
+			dir, CheckpointFile, cfg)
+	}
+	c.Out = dir
+	return c, nil
 }
 
 func run(ctx context.Context, c Config, resume bool, progress func(report.Round)) (*report.Summary, error) {
@@ -58,7 +82,7 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := NewRecorder(c, eng, resume)
+	rec, err := NewRecorder(su.Config, eng, resume)
 	if err != nil {
 		return nil, err
 	}
@@ -91,8 +115,10 @@ type Setup struct {
 	Optimizer  model.Optimizer
 }
 
-// NewSetup validates c, loads its data and partitions it.
+// NewSetup validates c, loads its data and partitions it. The setup's
+// Config has its partition resolved (ResolvePartition).
 func NewSetup(c Config) (*Setup, error) {
+	c, _ = c.ResolvePartition()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -136,8 +162,9 @@ type Recorder struct {
 
 // NewRecorder opens c's run directory for eng. With resume, eng is first
 // restored from the directory's checkpoint and the rounds recorded up to it
-// are kept.
+// are kept. config.yaml records c with its partition resolved.
 func NewRecorder(c Config, eng *fl.Engine, resume bool) (*Recorder, error) {
+	c, _ = c.ResolvePartition()
 	dir := c.Dir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

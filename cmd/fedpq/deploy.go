@@ -89,7 +89,10 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *format != "text" && *format != "json" {
-		return fmt.Errorf("--format %q: want text or json", *format)
+		return badValue{fmt.Errorf("--format %q: want text or json", *format)}
+	}
+	if err := c.Validate(); err != nil {
+		return badValue{err}
 	}
 	if *token == "" {
 		*token = os.Getenv("FEDPQ_TOKEN") // not the flag's default, which -h would print
@@ -115,7 +118,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13})))
 	case *cert != "" || *key != "":
-		return errors.New("--tls-cert and --tls-key go together")
+		return badValue{errors.New("--tls-cert and --tls-key go together")}
 	default:
 		logger.Printf("no --tls-cert: the join token and the uploads travel unencrypted; use TLS beyond a trusted network")
 	}
@@ -162,7 +165,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	k, n, err := parsePartitionFlag(*partition)
 	if err != nil {
-		return err
+		return badValue{err}
 	}
 	if *token == "" {
 		*token = os.Getenv("FEDPQ_TOKEN")
@@ -182,7 +185,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *seed != "" {
 		v, err := strconv.ParseUint(*seed, 10, 64)
 		if err != nil {
-			return fmt.Errorf("--seed %q: %w", *seed, err)
+			return badValue{fmt.Errorf("--seed %q: %w", *seed, err)}
 		}
 		cfg.Secret = binary.LittleEndian.AppendUint64([]byte("fedpq client seed "), v)
 	}

@@ -57,12 +57,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		return 2
 	}
+	if errors.As(err, new(badValue)) {
+		fmt.Fprintf(stderr, "fedpq %s: %v\nRun \"fedpq %s -h\" for its flags.\n", args[0], err, args[0])
+		return 2
+	}
 	fmt.Fprintf(stderr, "fedpq %s: %v\n", args[0], err)
 	return 1
 }
 
 // errUsage marks an error already reported with the command's usage.
 var errUsage = errors.New("usage")
+
+// badValue is a bad setting (a flag's value, or a key of the --config
+// file): a usage error, exit status 2, where a failure at run time (a
+// missing file, a lost server) is status 1. It is printed with a pointer to
+// the command's flags rather than the whole list.
+type badValue struct{ error }
+
+func (e badValue) Unwrap() error { return e.error }
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `fedpq: private, communication-efficient federated learning.

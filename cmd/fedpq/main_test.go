@@ -107,3 +107,55 @@ func TestRunConfigAndFlags(t *testing.T) {
 		t.Errorf("bad flag: exit %d", code)
 	}
 }
+
+// TestRunImageDatasetDefaults: --dataset mnist with no partition runs (the
+// default partition was natural, which mnist does not have), says on
+// stderr which partition it chose, and records it in config.yaml.
+func TestRunImageDatasetDefaults(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	code, _, stderr := runCLI("run", "--dataset", "mnist", "--data-dir", "../../../shared/datasets", "--model", "linear",
+		"--clients", "5", "--rounds", "1", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.HasPrefix(stderr, "partition: iid (mnist has no clients of its own)\n") {
+		t.Errorf("stderr does not say the partition:\n%s", stderr)
+	}
+	if y, err := os.ReadFile(filepath.Join(out, "config.yaml")); err != nil || !strings.Contains(string(y), "partition: iid\n") {
+		t.Errorf("config.yaml: %v\n%s", err, y)
+	}
+}
+
+// TestExitStatus: bad flags and bad values of settings are usage errors
+// (status 2, with a pointer to the command's flags); failures at run time
+// are status 1. A bad value was status 1 before.
+func TestExitStatus(t *testing.T) {
+	notRun := t.TempDir()
+	for _, tc := range []struct {
+		code int
+		args []string
+		says string
+	}{
+		{2, []string{"run", "--rounds", "-1"}, "rounds (-1)"},
+		{2, []string{"run", "--partition", "halves"}, `partition "halves"`},
+		{2, []string{"run", "--mechanism", "nonesuch"}, "nonesuch"},
+		{2, []string{"run", "--format", "xml"}, `--format "xml"`},
+		{2, []string{"run", "--rounds", "x"}, "invalid value"},
+		{2, []string{"run", "extra"}, "unexpected argument"},
+		{2, []string{"server", "--format", "xml"}, `--format "xml"`},
+		{2, []string{"server", "--epsilon", "0"}, "eps"},
+		{2, []string{"client", "--partition", "9/8"}, `--partition "9/8"`},
+		{2, []string{"client", "--partition", "1/8", "--seed", "x"}, `--seed "x"`},
+		{2, []string{"nonesuch"}, "unknown command"},
+		{1, []string{"run", "--resume", notRun}, "is not a run directory"},
+		{1, []string{"run", "--config", filepath.Join(notRun, "missing.yaml")}, "missing.yaml"},
+	} {
+		code, _, stderr := runCLI(tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "panic") {
+			t.Errorf("%v: exit %d, want %d; stderr:\n%s", tc.args, code, tc.code, stderr)
+		}
+		if tc.code == 2 && tc.args[0] != "nonesuch" && !strings.Contains(stderr, "-h") && !strings.Contains(stderr, "Usage: fedpq") {
+			t.Errorf("%v: stderr does not point at the flags:\n%s", tc.args, stderr)
+		}
+	}
+}

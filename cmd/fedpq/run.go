@@ -44,7 +44,7 @@ var runFlagHelp = [][2]string{
 	{"out", "run directory"},
 	{"dataset", "mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA"},
 	{"data_dir", "directory of the dataset files (default $FEDPQ_DATA, else ./data)"},
-	{"partition", "how the training set is split among clients: iid, dirichlet:ALPHA, shards:K or natural"},
+	{"partition", "how the training set is split among clients: iid, dirichlet:ALPHA, shards:K, natural (the dataset's own clients: synthetic) or auto (natural where the dataset has clients of its own, else iid)"},
 	{"clients", "number of clients"},
 	{"clients_per_round", "clients sampled per round (0: all)"},
 	{"dropout", "probability that a sampled client drops out before uploading"},
@@ -107,16 +107,23 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		c.Name = strings.TrimSuffix(filepath.Base(*configPath), filepath.Ext(*configPath))
 	}
 	if *format != "text" && *format != "json" {
-		return fmt.Errorf("--format %q: want text or json", *format)
+		return badValue{fmt.Errorf("--format %q: want text or json", *format)}
 	}
-	run := func(p func(report.Round)) (*report.Summary, error) { return experiment.Run(ctx, c, p) }
+	run := func(p func(report.Round)) (*report.Summary, error) { return experiment.Resume(ctx, *resume, p) }
 	if *resume != "" {
-		c = experiment.Default()
-		if err := experiment.Load(filepath.Join(*resume, "config.yaml"), &c); err != nil {
+		var err error
+		if c, err = experiment.LoadRun(*resume); err != nil {
 			return err
 		}
-		c.Out = *resume
-		run = func(p func(report.Round)) (*report.Summary, error) { return experiment.Resume(ctx, *resume, p) }
+	} else {
+		var note string
+		if err := c.Validate(); err != nil {
+			return badValue{err}
+		}
+		if c, note = c.ResolvePartition(); note != "" && !*quiet {
+			fmt.Fprintln(stderr, note)
+		}
+		run = func(p func(report.Round)) (*report.Summary, error) { return experiment.Run(ctx, c, p) }
 	}
 	progress, done := runProgress(c, stderr, *quiet)
 	s, err := run(progress)
