@@ -255,6 +255,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The configuration as run, its partition resolved: what config.yaml
+	// records, the clients are sent, and the run id hashes.
+	c = su.Config
 	y, err := c.YAML()
 	if err != nil {
 		return nil, err
