@@ -57,6 +57,30 @@ func HasOwnClients(name string) bool {
 	return base == "synthetic"
 }
 
+// CheckName reports a dataset name Load does not know, before anything is
+// loaded: a bad setting to fix, not a failure to load.
+func CheckName(name string) error {
+	base, params, _ := strings.Cut(strings.ToLower(name), ":")
+	switch {
+	case base == "mnist" || base == "fashion-mnist" || base == "cifar10":
+		if params == "" {
+			return nil
+		}
+	case base == "synthetic":
+		if params == "" {
+			return nil
+		}
+		a, b, ok := strings.Cut(params, ",")
+		_, errA := strconv.ParseFloat(strings.TrimSpace(a), 64)
+		_, errB := strconv.ParseFloat(strings.TrimSpace(b), 64)
+		if ok && errA == nil && errB == nil {
+			return nil
+		}
+		return fmt.Errorf("data: %q: want synthetic:ALPHA,BETA, e.g. synthetic:0.5,0.5", name)
+	}
+	return fmt.Errorf("data: unknown dataset %q (want mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA)", name)
+}
+
 // EnvDir is the environment variable that names the data directory when no
 // flag does.
 const EnvDir = "FEDPQ_DATA"

@@ -166,6 +166,9 @@ func (c Config) Validate() error {
 	if _, err := c.optimizer(); err != nil {
 		return err
 	}
+	if err := data.CheckName(c.Dataset); err != nil {
+		return err
+	}
 	resolved, _ := c.ResolvePartition()
 	if _, _, err := parsePartition(resolved.Partition); err != nil {
 		return err

@@ -59,17 +59,27 @@ func runDME(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if *format != "text" && *format != "json" {
-		return fmt.Errorf("--format %q: want text or json", *format)
+		return badValue{fmt.Errorf("--format %q: want text or json", *format)}
 	}
 	in, err := dme.ParseInput(*input)
 	if err != nil {
-		return err
+		return badValue{err}
 	}
 	names := []string{*name}
 	if *name == "all" {
 		names = mech.Names()
 	} else if _, ok := mech.Lookup(*name); !ok {
-		return fmt.Errorf("unknown mechanism %q; known: all, %s", *name, strings.Join(mech.Names(), ", "))
+		return badValue{fmt.Errorf("unknown mechanism %q; known: all, %s", *name, strings.Join(mech.Names(), ", "))}
+	}
+	// Settings a mechanism or the range refuses are the user's to fix
+	// (exit status 2), not a failure of the run.
+	if err := (mech.Range{Center: *center, Radius: *radius}).Validate(); err != nil {
+		return badValue{err}
+	}
+	if *name != "all" {
+		if _, err := mech.New(*name, c); err != nil {
+			return badValue{err}
+		}
 	}
 	showProgress := !*quiet && isTerminal(stderr)
 	var results []*dme.Result

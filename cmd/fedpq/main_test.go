@@ -62,9 +62,10 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
 	}
+	// Bad values are usage errors too: exit 2, with the reason first.
 	for _, args := range [][]string{{"dme", "--mechanism", "nonesuch"}, {"dme", "--epsilon", "0", "--mechanism", "ldpq"}, {"dme", "--input", "zipf"}, {"dme", "--radius", "-1", "--mechanism", "ldpq"}, {"dme", "--format", "xml"}} {
 		code, _, errOut := runCLI(args...)
-		if code != 1 || !strings.HasPrefix(errOut, "fedpq dme: ") {
+		if code != 2 || !strings.HasPrefix(errOut, "fedpq dme: ") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
 	}
@@ -139,6 +140,8 @@ func TestExitStatus(t *testing.T) {
 		{2, []string{"run", "--rounds", "-1"}, "rounds (-1)"},
 		{2, []string{"run", "--partition", "halves"}, `partition "halves"`},
 		{2, []string{"run", "--mechanism", "nonesuch"}, "nonesuch"},
+		{2, []string{"run", "--dataset", "nonesuch"}, `unknown dataset "nonesuch"`},
+		{2, []string{"run", "--dataset", "synthetic:x"}, "want synthetic:ALPHA,BETA"},
 		{2, []string{"run", "--format", "xml"}, `--format "xml"`},
 		{2, []string{"run", "--rounds", "x"}, "invalid value"},
 		{2, []string{"run", "extra"}, "unexpected argument"},
