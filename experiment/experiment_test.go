@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -334,5 +335,36 @@ func TestQuickstartAsDocumented(t *testing.T) {
 	g, err := privacy.Account(privacy.Budget{Mechanism: "gaussian", Epsilon: 1, MechDelta: 1e-5}, 610, 40, 1e-5)
 	if err != nil || math.Abs(g.Server.ParamOptimal-9.577) > 5e-4 || math.Abs(g.Server.UploadRound-53.72) > 5e-3 {
 		t.Errorf("gaussian quick start's ledger %+v (%v), the docs say 9.577 and 53.72", g.Server, err)
+	}
+}
+
+// TestFailedRunSaysSo: a run stopped before its last round leaves a
+// summary.json that says so, and how far it got, beside the checkpoint
+// it can resume from.
+func TestFailedRunSaysSo(t *testing.T) {
+	c := Default()
+	c.Rounds, c.Out = 5, t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := Run(ctx, c, func(r report.Round) {
+		if r.Round == 2 {
+			cancel()
+		}
+	})
+	if err == nil {
+		t.Fatal("a cancelled run returned no error")
+	}
+	b, err := os.ReadFile(filepath.Join(c.Out, report.SummaryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s report.Summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(s.Error, "stopped after round 2 of 5") || !strings.Contains(s.Error, "context canceled") {
+		t.Errorf("summary.json error %q", s.Error)
+	}
+	if _, err := os.Stat(filepath.Join(c.Out, CheckpointFile)); err != nil {
+		t.Error(err)
 	}
 }

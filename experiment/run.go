@@ -95,6 +95,9 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 		}
 		return nil
 	})
+	if err != nil {
+		rec.Fail(err)
+	}
 	s, cerr := rec.Close()
 	if err == nil {
 		err = cerr
@@ -223,6 +226,12 @@ func (rec *Recorder) add(r report.Round) error {
 		}
 	}
 	return rec.w.Round(r)
+}
+
+// Fail records in the summary that the run stopped before its last round,
+// how far it got and why, so that its directory says it failed.
+func (rec *Recorder) Fail(err error) {
+	rec.s.Error = fmt.Sprintf("stopped after round %d of %d: %v", rec.eng.Done(), rec.eng.Rounds(), err)
 }
 
 // Close writes the summary and the plots, and returns the summary.

@@ -88,6 +88,9 @@ type Summary struct {
 	ClientRounds []int           `json:"client_rounds,omitempty"`
 	Seconds      float64         `json:"seconds"`
 	Seed         uint64          `json:"seed"`
+	// Error says why the run stopped before its last round; empty when it
+	// ran to the end. Its checkpoint lets it resume (fedpq run --resume).
+	Error string `json:"error,omitempty"`
 }
 
 // Writer records a run as it happens. Each round goes to metrics.jsonl in a

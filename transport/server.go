@@ -385,6 +385,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 		}
 	} else {
 		gs.Stop()
+		s.rec.Fail(err)
 	}
 	sum, cerr := s.rec.Close()
 	if err == nil {
