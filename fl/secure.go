@@ -21,7 +21,9 @@ import (
 // In a simulation the clients' side of the protocol runs here as well,
 // each client with randomness derived for it alone, and a client that
 // drops out does so after the keys are shared and before it masks: the
-// server then rebuilds its pairwise masks from the survivors' shares.
+// server then rebuilds its pairwise masks from the survivors' shares. A
+// deployed server's clients run their side themselves (package transport
+// relays the protocol's messages and calls Plan.AddMasked).
 type secure struct {
 	m       mech.Integer
 	slot    func(pos int) mech.Slot
@@ -57,8 +59,9 @@ func (e *Engine) secureDropout() float64 {
 }
 
 // checkSecure reports why a run cannot use secure aggregation: a mechanism
-// whose decode is not affine in integer fields, unequal weights, or a
-// deployed server, whose protocol is not built yet.
+// whose decode is not affine in integer fields, or unequal weights (a
+// server, which does not know its clients' examples when it starts, needs
+// weighting: mean).
 func (e *Engine) checkSecure() error {
 	if _, err := mech.IntegerOf(e.m); err != nil {
 		return fmt.Errorf("fl: secure aggregation: %w", err)
