@@ -75,7 +75,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	key := fs.String("tls-key", "", "TLS private key (PEM)")
 	format := fs.String("format", "text", "output: text or json (the summary)")
 	if path := findConfig(args); path != "" {
-		if err := experiment.Load(path, &c); err != nil {
+		if err := loadConfig(path, &c); err != nil {
 			return err
 		}
 		if c.Name == experiment.Default().Name {
