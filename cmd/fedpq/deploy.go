@@ -281,6 +281,9 @@ func runKeygen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	k := transport.NewKey()
 	if err := transport.SaveKey(*path, k); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("--key %s already exists: keygen never overwrites a key (its public half may be on a roster); give another --key, or delete %s to replace it", *path, *path)
+		}
 		return err
 	}
 	fmt.Fprintf(stdout, "%d %s\n", *client, transport.PublicString(k))

@@ -137,6 +137,10 @@ func TestExitStatus(t *testing.T) {
 	if err := os.WriteFile(badKey, []byte("roundz: 3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	existing := filepath.Join(notRun, "client-3.key")
+	if err := os.WriteFile(existing, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(badValue, []byte("rounds: x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +166,7 @@ func TestExitStatus(t *testing.T) {
 		{1, []string{"run", "--config", filepath.Join(notRun, "missing.yaml")}, "missing.yaml: no such file; give a YAML file"},
 		{1, []string{"run", "--config", notRun}, "is a directory; give a YAML file"},
 		{1, []string{"server", "--config", filepath.Join(notRun, "missing.yaml")}, "experiments/ holds one per setting"},
+		{1, []string{"keygen", "--client", "3", "--key", existing}, "already exists: keygen never overwrites a key"},
 		{2, []string{"run", "--config", badKey}, "line 1: unknown key roundz (docs/config.md lists every key)"},
 		{2, []string{"run", "--config", badValue}, "cannot unmarshal"},
 	} {
