@@ -75,7 +75,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	key := fs.String("tls-key", "", "TLS private key (PEM)")
 	format := fs.String("format", "text", "output: text or json (the summary)")
 	if path := findConfig(args); path != "" {
-		if err := experiment.Load(path, &c); err != nil {
+		if err := loadConfig(path, &c); err != nil {
 			return err
 		}
 		if c.Name == experiment.Default().Name {
@@ -281,6 +281,9 @@ func runKeygen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	k := transport.NewKey()
 	if err := transport.SaveKey(*path, k); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("--key %s already exists: keygen never overwrites a key (its public half may be on a roster); give another --key, or delete %s to replace it", *path, *path)
+		}
 		return err
 	}
 	fmt.Fprintf(stdout, "%d %s\n", *client, transport.PublicString(k))

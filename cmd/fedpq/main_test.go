@@ -132,6 +132,18 @@ func TestRunImageDatasetDefaults(t *testing.T) {
 // are status 1. A bad value was status 1 before.
 func TestExitStatus(t *testing.T) {
 	notRun := t.TempDir()
+	badKey := filepath.Join(notRun, "bad-key.yaml")
+	badValue := filepath.Join(notRun, "bad-value.yaml")
+	if err := os.WriteFile(badKey, []byte("roundz: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	existing := filepath.Join(notRun, "client-3.key")
+	if err := os.WriteFile(existing, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(badValue, []byte("rounds: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		code int
 		args []string
@@ -151,7 +163,12 @@ func TestExitStatus(t *testing.T) {
 		{2, []string{"client", "--partition", "1/8", "--seed", "x"}, `--seed "x"`},
 		{2, []string{"nonesuch"}, "unknown command"},
 		{1, []string{"run", "--resume", notRun}, "is not a run directory"},
-		{1, []string{"run", "--config", filepath.Join(notRun, "missing.yaml")}, "missing.yaml"},
+		{1, []string{"run", "--config", filepath.Join(notRun, "missing.yaml")}, "missing.yaml: no such file; give a YAML file"},
+		{1, []string{"run", "--config", notRun}, "is a directory; give a YAML file"},
+		{1, []string{"server", "--config", filepath.Join(notRun, "missing.yaml")}, "experiments/ holds one per setting"},
+		{1, []string{"keygen", "--client", "3", "--key", existing}, "already exists: keygen never overwrites a key"},
+		{2, []string{"run", "--config", badKey}, "line 1: unknown key roundz (docs/config.md lists every key)"},
+		{2, []string{"run", "--config", badValue}, "cannot unmarshal"},
 	} {
 		code, _, stderr := runCLI(tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "panic") {

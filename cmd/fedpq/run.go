@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
@@ -93,7 +97,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// The YAML file is read before the other flags are defined, so that it
 	// sets their defaults and flags given on the command line win.
 	if path := findConfig(args); path != "" {
-		if err := experiment.Load(path, &c); err != nil {
+		if err := loadConfig(path, &c); err != nil {
 			return err
 		}
 	}
@@ -212,6 +216,34 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 }
 
 // findConfig returns the value of --config in args, if any.
+// loadConfig reads the --config file over c with errors that say what to
+// give instead: a missing file or a directory (a run's, most likely) is a
+// failure, exit 1; a bad key or value in the file is a usage error, exit 2,
+// named as a YAML key rather than as a field of a Go type.
+func loadConfig(path string, c *experiment.Config) error {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--config %s: no such file; give a YAML file of settings (experiments/ holds one per setting, docs/config.md lists the keys)", path)
+	case err != nil:
+		return fmt.Errorf("--config: %w", err)
+	case st.IsDir():
+		if _, err := os.Stat(filepath.Join(path, "config.yaml")); err == nil {
+			return fmt.Errorf("--config %s is a directory: give %s to repeat that run, or --resume %s to continue it", path, filepath.Join(path, "config.yaml"), path)
+		}
+		return fmt.Errorf("--config %s is a directory; give a YAML file of settings (experiments/ holds one per setting)", path)
+	}
+	err = experiment.Load(path, c)
+	if err == nil || errors.As(err, new(*fs.PathError)) {
+		return err
+	}
+	msg := unknownField.ReplaceAllString(err.Error(), "unknown key $1")
+	return badValue{fmt.Errorf("--config %s (docs/config.md lists every key)", msg)}
+}
+
+// unknownField matches the YAML decoder's words for an unknown key.
+var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
 func findConfig(args []string) string {
 	for i, a := range args {
 		if a == "--" {
