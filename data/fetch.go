@@ -74,8 +74,13 @@ func locate(dataset string, o Options, subdirs []string, want [][]string, fetch 
 	case o.Offline:
 		cause = errors.New("downloads are off")
 	default:
+		_, statErr := os.Stat(dirs[0])
+		made := errors.Is(statErr, os.ErrNotExist)
 		if cause = os.MkdirAll(dirs[0], 0o755); cause == nil {
 			cause = fetch(dirs[0], missing)
+		}
+		if cause != nil && made {
+			os.Remove(dirs[0]) // a download that failed leaves no empty directory behind (Remove keeps a non-empty one)
 		}
 		if cause == nil {
 			if paths, missing = find(); len(missing) == 0 {

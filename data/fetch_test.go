@@ -112,7 +112,7 @@ func TestMissingUnreachable(t *testing.T) {
 	if n := strings.Count(msg, "refused"); n != 1 || strings.Contains(msg, srv.URL) {
 		t.Errorf("the network's part is not short (%d errors, or the URLs):\n%s", n, msg)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(dir, "mnist")); len(entries) != 0 {
-		t.Errorf("the failed download left %v", entries)
+	if _, err := os.Stat(filepath.Join(dir, "mnist")); !os.IsNotExist(err) {
+		t.Errorf("the failed download left its directory behind (%v)", err)
 	}
 }
