@@ -45,7 +45,7 @@ func FindTorch(ctx context.Context, python string) (*Torch, error) {
 	out, err := exec.CommandContext(ctx, python, "-c",
 		"import os, torch; print(torch.__version__); print(os.path.realpath('/usr/lib/x86_64-linux-gnu/libblas.so.3'))").Output()
 	if err != nil {
-		return nil, fmt.Errorf("bench: %s cannot import torch (apt-get install python3-torch libopenblas0-pthread, then use --python /usr/bin/python3): %v", python, err)
+		return nil, fmt.Errorf("bench: %s cannot import torch: install it (apt-get install python3-torch libopenblas0-pthread, for Debian's /usr/bin/python3), give --python a python3 that has it, or --python none for fedpq's columns alone (%v)", python, err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	t := &Torch{Python: python, Version: lines[0]}
