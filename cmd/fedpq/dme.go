@@ -81,6 +81,9 @@ func runDME(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return badValue{err}
 		}
 	}
+	// ddgauss and skellam calibrate their noise for the clients that add it,
+	// as the round engine does; left at 0 each client would add it all.
+	c.Clients = *clients
 	showProgress := !*quiet && isTerminal(stderr)
 	var results []*dme.Result
 	for _, n := range names {

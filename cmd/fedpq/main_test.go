@@ -49,6 +49,26 @@ func TestDMETextAll(t *testing.T) {
 	}
 }
 
+// TestDMEDistributedClients checks that dme calibrates ddgauss and skellam
+// for its --clients: 100 clients, 1000 parameters, eps 1 give the MSE of
+// TestDistDPMeasure (6.56, stderr about 0.2 at 2 trials), not that of each
+// client adding the whole noise (35 and more).
+func TestDMEDistributedClients(t *testing.T) {
+	for _, name := range []string{"ddgauss", "skellam"} {
+		code, out, errOut := runCLI("dme", "--mechanism", name, "--trials", "2", "--format", "json", "--quiet")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", name, code, errOut)
+		}
+		var r struct{ MSE float64 }
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%s: %v: %s", name, err, out)
+		}
+		if r.MSE < 5.5 || r.MSE > 7.7 {
+			t.Errorf("%s: MSE %.4g, want 6.56 within 15%%", name, r.MSE)
+		}
+	}
+}
+
 func TestMechanismsList(t *testing.T) {
 	code, out, _ := runCLI("mechanisms")
 	if code != 0 || !strings.Contains(out, "ldpq") || !strings.Contains(out, "corbin") {
