@@ -73,6 +73,9 @@ func runDME(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// Settings a mechanism or the range refuses are the user's to fix
 	// (exit status 2), not a failure of the run.
+	if *clients < 1 || *dim < 1 || *trials < 1 {
+		return badValue{fmt.Errorf("--clients (%d), --dim (%d) and --trials (%d) must be at least 1", *clients, *dim, *trials)}
+	}
 	if err := (mech.Range{Center: *center, Radius: *radius}).Validate(); err != nil {
 		return badValue{err}
 	}

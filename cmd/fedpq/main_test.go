@@ -83,9 +83,9 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 	// Bad values are usage errors too: exit 2, with the reason first.
-	for _, args := range [][]string{{"dme", "--mechanism", "nonesuch"}, {"dme", "--epsilon", "0", "--mechanism", "ldpq"}, {"dme", "--input", "zipf"}, {"dme", "--radius", "-1", "--mechanism", "ldpq"}, {"dme", "--format", "xml"}} {
+	for _, args := range [][]string{{"dme", "--mechanism", "nonesuch"}, {"dme", "--epsilon", "0", "--mechanism", "ldpq"}, {"dme", "--input", "zipf"}, {"dme", "--radius", "-1", "--mechanism", "ldpq"}, {"dme", "--format", "xml"}, {"dme", "--clients", "0"}, {"reproduce", "nonesuch"}} {
 		code, _, errOut := runCLI(args...)
-		if code != 2 || !strings.HasPrefix(errOut, "fedpq dme: ") {
+		if code != 2 || !strings.HasPrefix(errOut, "fedpq "+args[0]+": ") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
 	}

@@ -91,7 +91,7 @@ func runReproduce(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		e, err := reproduce.Lookup(n)
 		if err != nil {
-			return fmt.Errorf("unknown experiment %q; known: all, %s", n, strings.Join(reproduce.Names(), ", "))
+			return badValue{fmt.Errorf("unknown experiment %q; known: all, %s", n, strings.Join(reproduce.Names(), ", "))}
 		}
 		exps = append(exps, e)
 	}

@@ -33,7 +33,7 @@ func TestReproduceUsage(t *testing.T) {
 		}
 	}
 	code, _, errOut := runCLI("reproduce", "--quick", "--out", t.TempDir(), "nonesuch")
-	if code != 1 || !strings.Contains(errOut, `fedpq reproduce: unknown experiment "nonesuch"`) || !strings.Contains(errOut, "corbin-mse") {
+	if code != 2 || !strings.Contains(errOut, `fedpq reproduce: unknown experiment "nonesuch"`) || !strings.Contains(errOut, "corbin-mse") {
 		t.Errorf("unknown name: exit %d, %q", code, errOut)
 	}
 	if code, _, errOut := runCLI("reproduce", "-h"); code != 0 || !strings.Contains(errOut, "--quick") && !strings.Contains(errOut, "-quick") {
