@@ -73,6 +73,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageError(fs, "--threads: %v", err)
 	}
+	if what == "steps" { // settings first: finding torch takes a while
+		for _, m := range strings.Split(*models, ",") {
+			if model.Describe(m) == "" {
+				return usageError(fs, "--models: unknown model %q (have %s)", m, strings.Join(model.Names(), ", "))
+			}
+		}
+		if *batch < 1 || *steps < 1 || *reps < 1 {
+			return usageError(fs, "--batch, --steps and --reps must be positive")
+		}
+	}
 	var torch *bench.Torch
 	if *python != "none" {
 		if torch, err = bench.FindTorch(ctx, *python); err != nil {
@@ -88,14 +98,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if what == "steps" {
 		o := bench.StepOptions{Models: strings.Split(*models, ","), Batch: *batch, Steps: *steps, Reps: *reps,
 			Threads: thr, GoMLX: *gomlx, Torch: torch}
-		for _, m := range o.Models {
-			if model.Describe(m) == "" {
-				return usageError(fs, "--models: unknown model %q (have %s)", m, strings.Join(model.Names(), ", "))
-			}
-		}
-		if o.Batch < 1 || o.Steps < 1 || o.Reps < 1 {
-			return usageError(fs, "--batch, --steps and --reps must be positive")
-		}
 		rows, err := bench.Steps(ctx, o, progress)
 		if err != nil {
 			return err
