@@ -60,25 +60,29 @@ func HasOwnClients(name string) bool {
 // CheckName reports a dataset name Load does not know, before anything is
 // loaded: a bad setting to fix, not a failure to load.
 func CheckName(name string) error {
+	_, _, _, err := parseName(name)
+	return err
+}
+
+// parseName splits a dataset name into its base and, for synthetic, its
+// alpha and beta (1, 1 by default).
+func parseName(name string) (base string, alpha, beta float64, err error) {
 	base, params, _ := strings.Cut(strings.ToLower(name), ":")
 	switch {
-	case base == "mnist" || base == "fashion-mnist" || base == "cifar10":
-		if params == "" {
-			return nil
-		}
+	case (base == "mnist" || base == "fashion-mnist" || base == "cifar10") && params == "":
+		return base, 0, 0, nil
+	case base == "synthetic" && params == "":
+		return base, 1, 1, nil
 	case base == "synthetic":
-		if params == "" {
-			return nil
-		}
 		a, b, ok := strings.Cut(params, ",")
-		_, errA := strconv.ParseFloat(strings.TrimSpace(a), 64)
-		_, errB := strconv.ParseFloat(strings.TrimSpace(b), 64)
+		alpha, errA := strconv.ParseFloat(strings.TrimSpace(a), 64)
+		beta, errB := strconv.ParseFloat(strings.TrimSpace(b), 64)
 		if ok && errA == nil && errB == nil {
-			return nil
+			return base, alpha, beta, nil
 		}
-		return fmt.Errorf("data: %q: want synthetic:ALPHA,BETA, e.g. synthetic:0.5,0.5", name)
+		return "", 0, 0, fmt.Errorf("data: %q: want synthetic:ALPHA,BETA, e.g. synthetic:0.5,0.5", name)
 	}
-	return fmt.Errorf("data: unknown dataset %q (want mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA)", name)
+	return "", 0, 0, fmt.Errorf("data: unknown dataset %q (want mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA)", name)
 }
 
 // EnvDir is the environment variable that names the data directory when no
@@ -128,25 +132,17 @@ func Load(name string, o Options) (*Federated, error) {
 	if o.Dir == "" {
 		o.Dir = Dir("")
 	}
-	switch base, params, _ := strings.Cut(strings.ToLower(name), ":"); base {
+	base, alpha, beta, err := parseName(name)
+	if err != nil {
+		return nil, err
+	}
+	switch base {
 	case "mnist":
 		return loadIDX(mnist, o)
 	case "fashion-mnist":
 		return loadIDX(fashionMNIST, o)
 	case "cifar10":
 		return loadCIFAR(o)
-	case "synthetic":
-		alpha, beta := 1.0, 1.0
-		if params != "" {
-			a, b, ok := strings.Cut(params, ",")
-			var errA, errB error
-			alpha, errA = strconv.ParseFloat(strings.TrimSpace(a), 64)
-			beta, errB = strconv.ParseFloat(strings.TrimSpace(b), 64)
-			if !ok || errA != nil || errB != nil {
-				return nil, fmt.Errorf("data: %q: want synthetic:ALPHA,BETA, e.g. synthetic:0.5,0.5", name)
-			}
-		}
-		return Synthetic(alpha, beta, o.Clients, o.Seed)
 	}
-	return nil, fmt.Errorf("data: unknown dataset %q (want mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA)", name)
+	return Synthetic(alpha, beta, o.Clients, o.Seed)
 }
