@@ -28,7 +28,7 @@ type shuffled struct {
 	ranges  []mech.Range
 	sizes   []int
 	uploads [][][]byte
-	src     func(tensor, param int) corr.Source
+	src     func(tensor int) corr.Source // the shuffler's coins for a tensor's permutations
 }
 
 // reportWidth is the size in bits of one parameter's report, for the
@@ -81,8 +81,8 @@ func (e *Engine) newShuffled(t int, ranges []mech.Range) (*shuffled, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &shuffled{m: e.m, width: w, ranges: ranges, src: func(tensor, param int) corr.Source {
-		return corr.Derive(e.secret, "shuffle", uint64(t), uint64(tensor), uint64(param))
+	s := &shuffled{m: e.m, width: w, ranges: ranges, src: func(tensor int) corr.Source {
+		return corr.Derive(e.secret, "shuffle", uint64(t), uint64(tensor))
 	}}
 	for _, sp := range e.specs {
 		s.sizes = append(s.sizes, size(sp.Shape))
@@ -154,6 +154,7 @@ func (s *shuffled) shuffle(i, d int) ([][]byte, error) {
 		}
 	}
 	perm := make([]int, n)
+	src := s.src(i) // one stream for the tensor: a key per parameter would cost a key schedule each
 	out := make([][]uint32, n)
 	for c := range out {
 		out[c] = make([]uint32, d)
@@ -162,7 +163,7 @@ func (s *shuffled) shuffle(i, d int) ([][]byte, error) {
 		for c := range perm {
 			perm[c] = c
 		}
-		corr.Shuffle(s.src(i, j), perm)
+		corr.Shuffle(src, perm)
 		for c, from := range perm {
 			out[c][j] = fields[from][j]
 		}

@@ -19,9 +19,7 @@ func TestShuffleUnlinks(t *testing.T) {
 	}
 	const n, d = 20, 64
 	s := &shuffled{m: m, width: 1, ranges: []mech.Range{{Center: 0, Radius: 1}}, sizes: []int{d},
-		src: func(tensor, param int) corr.Source {
-			return corr.Derive([]byte("test"), "shuffle", uint64(tensor), uint64(param))
-		}}
+		src: func(tensor int) corr.Source { return corr.Derive([]byte("test"), "shuffle", uint64(tensor)) }}
 	src := corr.Derive([]byte("test"), "uploads")
 	for range n {
 		p := wire.NewPacker(nil, 1)
