@@ -9,6 +9,7 @@ import (
 	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/secagg"
+	"github.com/fedpq/fedpq/wire"
 )
 
 // secure is a round's aggregate under secure aggregation: each client
@@ -89,6 +90,11 @@ func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int)
 		// ddgauss and skellam sum modulo 2^b by design (modular
 		// clipping): the protocol works in that group itself.
 		s.bits = bits.TrailingZeros64(mm.Modulus())
+	}
+	if s.bits > 32 {
+		// Masked fields travel as packed fields of at most 32 bits
+		// (package wire); 2^32 levels of sum are far beyond any round.
+		return nil, fmt.Errorf("fl: secure aggregation of %d clients needs %d-bit sums; at most 32 are supported", len(sel), s.bits)
 	}
 	for _, sp := range e.specs {
 		s.sizes = append(s.sizes, size(sp.Shape))
@@ -292,35 +298,26 @@ func Fields(m mech.Integer, payloads [][]byte, sizes []int) ([]uint64, error) {
 	return x, nil
 }
 
-// PackFields packs values below 2^k, k bits each, least significant first.
+// PackFields packs values below 2^k (k <= 32), k bits each, as package
+// wire does.
 func PackFields(y []uint64, k int) []byte {
-	b := make([]byte, (len(y)*k+7)/8)
-	for i, v := range y {
-		for j := range k {
-			if v>>j&1 != 0 {
-				bit := i*k + j
-				b[bit/8] |= 1 << (bit % 8)
-			}
-		}
+	p := wire.NewPacker(make([]byte, 0, wire.PackedLen(len(y), k)), k)
+	for _, v := range y {
+		p.Put(uint32(v))
 	}
-	return b
+	return p.Bytes()
 }
 
 // UnpackFields reads n values of k bits packed by PackFields, refusing a
 // wrong length or nonzero padding.
 func UnpackFields(b []byte, n, k int) ([]uint64, error) {
-	if want := (n*k + 7) / 8; len(b) != want {
-		return nil, fmt.Errorf("masked upload of %d bytes, want %d (%d fields of %d bits)", len(b), want, n, k)
-	}
-	if pad := n * k % 8; pad != 0 && b[len(b)-1]>>pad != 0 {
-		return nil, errors.New("masked upload has nonzero padding")
+	u, err := wire.NewUnpacker(b, n, k)
+	if err != nil {
+		return nil, fmt.Errorf("masked upload: %w", err)
 	}
 	y := make([]uint64, n)
 	for i := range y {
-		for j := range k {
-			bit := i*k + j
-			y[i] |= uint64(b[bit/8]>>(bit%8)&1) << j
-		}
+		y[i] = uint64(u.Next())
 	}
 	return y, nil
 }
