@@ -155,7 +155,11 @@ func TestLedgerAgainstHiddenServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if l.Server == nil || l.Server.ParamRound != want || !(want < c.Epsilon) || !(l.Server.ParamOptimal < l.Eavesdropper.ParamOptimal) {
+			// Basic composition is k times the round's bound (at k·delta);
+			// the optimal (PLD) one is tighter than it and than the local.
+			if l.Server == nil || l.Server.ParamRound != want || !(want < c.Epsilon) || !(l.Server.ParamOptimal < l.Eavesdropper.ParamOptimal) ||
+				l.Server.ParamBasic != float64(l.Rounds)*want || !(l.Server.ParamOptimal <= l.Server.ParamBasic) ||
+				l.Server.UploadBasic != float64(l.Rounds*l.Parameters)*want || !(l.Server.UploadOptimal <= l.Server.UploadBasic) {
 				t.Errorf("ldpq: server %+v, want eps %v per parameter per round (local %v)", l.Server, want, c.Epsilon)
 			}
 		case "corbin":
