@@ -55,11 +55,13 @@ const (
 
 // layer describes one step; out is the units or channels of dense and conv.
 type layer struct {
-	kind layerKind
-	out  int
-	k    int     // conv kernel size
-	same bool    // conv with zero padding that keeps the spatial size
-	p    float64 // dropout probability
+	kind    layerKind
+	out     int
+	k       int     // conv kernel size
+	same    bool    // conv with zero padding k/2 (which keeps the size at stride 1)
+	stride  int     // conv stride; 0 is 1
+	sigmoid bool    // conv or hidden dense: sigmoid instead of ReLU (twice differentiable, as the attack papers' LeNet)
+	p       float64 // dropout probability
 }
 
 // archs lists each architecture's layers, without the final dense layer to
@@ -166,12 +168,13 @@ func New(arch string, input []int, classes int) (*Model, error) {
 		case conv:
 			nconv++
 			h, w, c := cur[0], cur[1], cur[2]
-			if !l.same {
-				h, w = h-l.k+1, w-l.k+1
+			if l.same {
+				h, w = h+l.k/2*2, w+l.k/2*2
 			}
-			if h <= 0 || w <= 0 {
+			if h < l.k || w < l.k {
 				return nil, fmt.Errorf("model: %s: input %v too small for conv%d", arch, input, nconv)
 			}
+			h, w = (h-l.k)/l.strides()+1, (w-l.k)/l.strides()+1
 			s.w = m.add(fmt.Sprintf("conv%d/kernel", nconv), l.out, c, l.k, l.k)
 			s.b = m.add(fmt.Sprintf("conv%d/bias", nconv), l.out)
 			cur = []int{h, w, l.out}
@@ -200,6 +203,9 @@ func New(arch string, input []int, classes int) (*Model, error) {
 	}
 	return m, nil
 }
+
+// strides is the conv's stride.
+func (l layer) strides() int { return max(l.stride, 1) }
 
 func (m *Model) add(name string, shape ...int) int {
 	m.specs = append(m.specs, TensorSpec{Name: name, Shape: shape})
