@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"image"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -29,11 +30,8 @@ func twoRuns(t *testing.T) []*Run {
 	return runs
 }
 
-func TestPlotPNG(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cmp.PNG") // the extension is case-insensitive
-	if err := PlotAccuracy(twoRuns(t), path, "two runs"); err != nil {
-		t.Fatal(err)
-	}
+func readPNG(t *testing.T, path string) image.Image {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +41,15 @@ func TestPlotPNG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return img
+}
+
+func TestPlotPNG(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cmp.PNG") // the extension is case-insensitive
+	if err := PlotAccuracy(twoRuns(t), path, "two runs"); err != nil {
+		t.Fatal(err)
+	}
+	img := readPNG(t, path)
 	if b := img.Bounds(); b.Dx() != 1050 || b.Dy() != 675 {
 		t.Errorf("PNG is %dx%d, want 1050x675 (7x4.5 in at 150 dpi)", b.Dx(), b.Dy())
 	}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAttackCommand runs a small attack end to end: the JSON has a row per
+// mechanism with its observer, the exact gradient of the linear model is
+// inverted (SSIM above 0.99) and ldpq's is not, and the PNG grid has a row
+// per mechanism under the originals.
+func TestAttackCommand(t *testing.T) {
+	dir := t.TempDir()
+	grid := filepath.Join(dir, "grid.png")
+	code, out, errOut := runCLI("attack", "--data-dir", "../../../shared/datasets", "--model", "linear",
+		"--targets", "2", "--iterations", "100", "--starts", "2", "--mechanism", "none", "--mechanism", "ldpq:1",
+		"--mechanism", "corbin+pair:1", "--format", "json", "--png", grid, "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Model string
+		Rows  []struct {
+			Setting, Observer string
+			SSIM              float64
+			Targets           int
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Model != "linear" || len(r.Rows) != 3 {
+		t.Fatalf("unexpected result %s", out)
+	}
+	if r.Rows[0].SSIM < 0.99 || r.Rows[1].SSIM > 0.3 || r.Rows[2].Observer != "pair" || r.Rows[0].Targets != 2 {
+		t.Errorf("unexpected rows %+v", r.Rows)
+	}
+	f, err := os.Open(grid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 rows of 28*3-pixel cells 4 apart; 2 targets of 2 images (the pair's).
+	if b := img.Bounds(); b.Dy() != 4*(28*3+4)+4 || b.Dx() != 240+4*(28*3+4)+4 {
+		t.Errorf("grid is %v", b)
+	}
+}
+
+// TestAttackUsage: settings the attack cannot use exit with status 2 and
+// say why.
+func TestAttackUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mechanism", "nosuch"}, "unknown mechanism"},
+		{[]string{"--batch", "9"}, "--batch"},
+		{[]string{"--batch", "5", "--mechanism", "corbin+pair"}, "at most 8"},
+		{[]string{"--method", "gd"}, "method"},
+		{[]string{"--range", "wide"}, "oracle or fixed"},
+		{[]string{"--message", "update", "--lr", "0"}, "learning rate"},
+		{[]string{"--format", "xml"}, "--format"},
+		{[]string{"--dataset", "cifar10"}, "--dataset"},
+	} {
+		code, _, errOut := runCLI(append([]string{"attack"}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q (want 2 and %q)", c.args, code, errOut, c.want)
+		}
+	}
+}
