@@ -53,14 +53,19 @@ type Reconstruction struct {
 // Reconstruct guesses the batch of n examples whose mean gradient at
 // weights w is view, by minimizing the gradient distance of package
 // model's Inverter with L-BFGS (gonum's) from Starts random guesses (pixels
-// uniform in [0, 1], label logits standard normal), seeded by seed.
+// uniform in [0, 1], label logits standard normal), seeded by seed. labels,
+// if not nil, are the batch's true labels, given to the attacker (as
+// JoPEQ's evaluation gives them to iDLG); nil lets the method find them.
 // progress, if not nil, is called after every evaluation with the number
 // done so far and the most there will be.
-func (a Method) Reconstruct(ctx context.Context, m *model.Model, w, view [][]float32, n int, seed uint64, progress func(done, most int)) (Reconstruction, error) {
+func (a Method) Reconstruct(ctx context.Context, m *model.Model, w, view [][]float32, n int, labels []int32, seed uint64, progress func(done, most int)) (Reconstruction, error) {
 	if err := a.Validate(); err != nil {
 		return Reconstruction{}, err
 	}
-	learn := a.Name == "dlg"
+	if labels != nil && len(labels) != n {
+		return Reconstruction{}, fmt.Errorf("attack: %d labels given for %d examples", len(labels), n)
+	}
+	learn := a.Name == "dlg" && labels == nil
 	inv, err := m.NewInverter(n, learn)
 	if err != nil {
 		return Reconstruction{}, err
@@ -78,8 +83,8 @@ func (a Method) Reconstruct(ctx context.Context, m *model.Model, w, view [][]flo
 		return Reconstruction{}, fmt.Errorf("attack: the view's norm is %v: nothing to match", norm)
 	}
 	f, c := m.Features(), m.Classes()
-	var known []int32
-	if !learn {
+	known := labels
+	if !learn && known == nil {
 		if known, err = InferLabels(view[len(view)-1], n); err != nil {
 			return Reconstruction{}, err
 		}
@@ -99,9 +104,9 @@ func (a Method) Reconstruct(ctx context.Context, m *model.Model, w, view [][]flo
 				vars = append(vars, rng.NormFloat64())
 			}
 		}
-		labels := make([]float64, n*c)
+		probs := make([]float64, n*c)
 		for i, y := range known {
-			labels[i*c+int(y)] = 1
+			probs[i*c+int(y)] = 1
 		}
 		grad := make([]float64, len(vars))
 		last := make([]float64, len(vars))
@@ -112,13 +117,13 @@ func (a Method) Reconstruct(ctx context.Context, m *model.Model, w, view [][]flo
 				return lastD
 			}
 			if learn {
-				copy(labels, x[n*f:])
+				copy(probs, x[n*f:])
 			}
 			var gl []float64
 			if learn {
 				gl = grad[n*f:]
 			}
-			d, err := inv.Match(x[:n*f], labels, grad[:n*f], gl)
+			d, err := inv.Match(x[:n*f], probs, grad[:n*f], gl)
 			if err != nil {
 				evalErr = err
 				return math.NaN()

@@ -89,7 +89,10 @@ type Study struct {
 	Upload   Upload
 	Batch    int // images per client upload
 	Targets  int // attacked uploads per setting
-	Seed     uint64
+	// GiveLabels tells the attacker the true labels, as JoPEQ's evaluation
+	// does for iDLG.
+	GiveLabels bool
+	Seed       uint64
 }
 
 // Row is one setting's result over the targets: means and their standard
@@ -213,7 +216,11 @@ func (s *Study) Run(ctx context.Context, progress func(Progress)) (*Result, erro
 			}
 			row.Images = len(all.Y)
 			done := k*s.Targets + t
-			rec, err := s.Method.Reconstruct(ctx, s.Model, s.Weights, view, len(all.Y), seed, func(d, most int) {
+			var given []int32
+			if s.GiveLabels {
+				given = all.Y
+			}
+			rec, err := s.Method.Reconstruct(ctx, s.Model, s.Weights, view, len(all.Y), given, seed, func(d, most int) {
 				if progress != nil {
 					progress(Progress{Setting: st.Label, Target: done, Total: total, Done: d, Most: most, Elapsed: time.Since(start).Seconds()})
 				}

@@ -70,6 +70,7 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		message    = fs.String("message", "gradient", "what the client sends: gradient, or update (one SGD step of --lr)")
 		lr         = fs.Float64("lr", 0.1, "the client's learning rate (update messages)")
 		rangeRule  = fs.String("range", "oracle", "each tensor's clipping range: oracle (min and max of the true message) or fixed:C,R")
+		give       = fs.Bool("give-labels", false, "tell the attacker the true labels (JoPEQ's evaluation gives them to iDLG)")
 		seed       = fs.Uint64("seed", 1, "seed of the model, the targets and every coin (same seed, same numbers)")
 		png        = fs.String("png", "", "write the originals and every mechanism's reconstructions to this PNG file")
 		format     = fs.String("format", "text", "output: text or json")
@@ -122,7 +123,7 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return badValue{err}
 	}
 	study := attack.Study{Model: m, Weights: m.Init(*seed), Train: fd.Train, Settings: settings,
-		Method: meth, Upload: up, Batch: *batch, Targets: *targets, Seed: *seed}
+		Method: meth, Upload: up, Batch: *batch, Targets: *targets, GiveLabels: *give, Seed: *seed}
 	progress, finish := attackProgress(stderr, *quiet, *iterations)
 	res, err := study.Run(ctx, progress)
 	finish()
@@ -138,11 +139,19 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			Dataset, Model, Method, Message, Range string
-			Batch, Targets, Iterations, Starts     int
-			Seed                                   uint64
-			Rows                                   []attack.Row
-		}{*dataset, *arch, *method, *message, *rangeRule, *batch, *targets, *iterations, *starts, *seed, res.Rows})
+			Dataset    string       `json:"dataset"`
+			Model      string       `json:"model"`
+			Method     string       `json:"method"`
+			Message    string       `json:"message"`
+			Range      string       `json:"range"`
+			Batch      int          `json:"batch"`
+			Targets    int          `json:"targets"`
+			Iterations int          `json:"iterations"`
+			Starts     int          `json:"starts"`
+			GiveLabels bool         `json:"give_labels"`
+			Seed       uint64       `json:"seed"`
+			Rows       []attack.Row `json:"rows"`
+		}{*dataset, *arch, *method, *message, *rangeRule, *batch, *targets, *iterations, *starts, *give, *seed, res.Rows})
 	}
 	fmt.Fprintf(stdout, "%s on %s, %s, %d image(s) per upload, %d targets, %s messages, %s range\n",
 		*method, *dataset, *arch, *batch, *targets, *message, *rangeRule)

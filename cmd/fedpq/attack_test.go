@@ -30,6 +30,7 @@ func TestAttackCommand(t *testing.T) {
 			Targets           int
 		}
 	}
+	// encoding/json matches keys case-insensitively: "model", "rows", "ssim".
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
