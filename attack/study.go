@@ -13,6 +13,7 @@ import (
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
+	"github.com/fedpq/fedpq/report"
 )
 
 // Setting is one mechanism the clients encode with, and the observer.
@@ -285,4 +286,42 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Grid is the picture of a study: the targets' images in the first row,
+// each setting's reconstructions in the same order in the rows below. A
+// target takes as many columns as it has images (both clients' where a
+// pair is attacked); a one-message row leaves the partner's columns blank.
+func (r *Result) Grid(shape []int) report.Grid {
+	g := report.Grid{Shape: shape}
+	orig := report.GridRow{Label: "original"}
+	per := 0
+	for _, bs := range r.Truth {
+		per = 0
+		for _, b := range bs {
+			orig.Images = append(orig.Images, split(b.X, len(b.Y))...)
+			per += len(b.Y)
+		}
+	}
+	g.Rows = append(g.Rows, orig)
+	for i, row := range r.Rows {
+		gr := report.GridRow{Label: fmt.Sprintf("%s  SSIM %.2f", row.Setting, row.SSIM)}
+		for _, rec := range r.Recs[i] {
+			imgs := split(rec.X, len(rec.Labels))
+			gr.Images = append(gr.Images, imgs...)
+			gr.Images = append(gr.Images, make([][]float32, per-len(imgs))...)
+		}
+		g.Rows = append(g.Rows, gr)
+	}
+	return g
+}
+
+// split cuts n examples laid end to end into one slice each.
+func split(x []float32, n int) [][]float32 {
+	f := len(x) / n
+	out := make([][]float32, n)
+	for i := range out {
+		out[i] = x[i*f : (i+1)*f]
+	}
+	return out
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
-	"github.com/fedpq/fedpq/report"
 )
 
 func init() {
@@ -131,7 +130,7 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *png != "" {
-		if err := writeAttackGrid(*png, fd.Train.Shape, res); err != nil {
+		if err := res.Grid(fd.Train.Shape).WritePNG(*png); err != nil {
 			return err
 		}
 	}
@@ -208,43 +207,4 @@ func attackProgress(w io.Writer, quiet bool, iterations int) (func(attack.Progre
 				_ = bar.Finish()
 			}
 		}
-}
-
-// writeAttackGrid draws the targets' images in the first row and each
-// setting's reconstructions, in the same order, in the rows below. A target
-// takes as many columns as it has images (both clients' where a pair is
-// attacked); a one-message row leaves the partner's columns blank.
-func writeAttackGrid(path string, shape []int, res *attack.Result) error {
-	g := report.Grid{Shape: shape}
-	orig := report.GridRow{Label: "original"}
-	per := 0
-	for _, bs := range res.Truth {
-		n := 0
-		for _, b := range bs {
-			orig.Images = append(orig.Images, split(b.X, len(b.Y))...)
-			n += len(b.Y)
-		}
-		per = n
-	}
-	g.Rows = append(g.Rows, orig)
-	for i, r := range res.Rows {
-		row := report.GridRow{Label: fmt.Sprintf("%s  SSIM %.2f", r.Setting, r.SSIM)}
-		for _, rec := range res.Recs[i] {
-			imgs := split(rec.X, len(rec.Labels))
-			row.Images = append(row.Images, imgs...)
-			row.Images = append(row.Images, make([][]float32, per-len(imgs))...)
-		}
-		g.Rows = append(g.Rows, row)
-	}
-	return g.WritePNG(path)
-}
-
-// split cuts n examples laid end to end into one slice each.
-func split(x []float32, n int) [][]float32 {
-	f := len(x) / n
-	out := make([][]float32, n)
-	for i := range out {
-		out[i] = x[i*f : (i+1)*f]
-	}
-	return out
 }
