@@ -257,6 +257,15 @@ func (s *Study) Run(ctx context.Context, progress func(Progress)) (*Result, erro
 	return res, nil
 }
 
+// PlusMinus formats a mean with its standard error to digits decimals, or
+// the mean alone where one target leaves the error unknown.
+func PlusMinus(mean, se float64, digits, targets int) string {
+	if targets < 2 {
+		return fmt.Sprintf("%.*f", digits, mean)
+	}
+	return fmt.Sprintf("%.*f ± %.*f", digits, mean, digits, se)
+}
+
 func meanOf(v []float64) float64 {
 	s := 0.0
 	for _, x := range v {

@@ -139,7 +139,7 @@ func runJoPEQDLG(ctx context.Context, o Options) (*Result, error) {
 		if r.Epsilon > 0 {
 			eps = fmt.Sprintf("%g", r.Epsilon)
 		}
-		t.add(r.Setting, eps, fmt.Sprintf("%.3f ± %.3f", r.SSIM, r.SSIMErr), fmt.Sprintf("%.4f ± %.4f", r.MSE, r.MSEErr),
+		t.add(r.Setting, eps, attack.PlusMinus(r.SSIM, r.SSIMErr, 3, r.Targets), attack.PlusMinus(r.MSE, r.MSEErr, 4, r.Targets),
 			fmt.Sprintf("%.2g", r.Distance), paper[r.Setting])
 	}
 	table := "Reconstructions of single MNIST images (SSIM 1 and MSE 0 are perfect; mean ± standard error over targets; match is the median final relative gradient distance):\n\n" + t.String()
@@ -148,7 +148,7 @@ func runJoPEQDLG(ctx context.Context, o Options) (*Result, error) {
 		for _, eps := range []float64{1, 3, 10, 30, 100} {
 			cell := func(s string) string {
 				if r := get("5", s); r != nil {
-					return fmt.Sprintf("%.4f ± %.4f", r.MSE, r.MSEErr)
+					return attack.PlusMinus(r.MSE, r.MSEErr, 4, r.Targets)
 				}
 				return "n/a"
 			}

@@ -161,8 +161,9 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if r.Epsilon > 0 {
 			eps = fmt.Sprintf("%g", r.Epsilon)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f ± %.3f\t%.4f ± %.4f\t%.2f ± %.2f\t%.2g\t%.1f\n", r.Setting, r.Observer, eps,
-			r.SSIM, r.SSIMErr, r.MSE, r.MSEErr, r.LabelAccuracy, r.LabelAccuracyErr, r.Distance, r.Seconds)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2g\t%.1f\n", r.Setting, r.Observer, eps,
+			attack.PlusMinus(r.SSIM, r.SSIMErr, 3, r.Targets), attack.PlusMinus(r.MSE, r.MSEErr, 4, r.Targets),
+			attack.PlusMinus(r.LabelAccuracy, r.LabelAccuracyErr, 2, r.Targets), r.Distance, r.Seconds)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

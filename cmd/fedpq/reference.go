@@ -75,8 +75,11 @@ setting is for; the others read it whatever the mechanism.
 // flagType names a flag's type as its value's Go type does.
 func flagType(f *flag.Flag) string {
 	t := strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%T", f.Value), "*flag."), "Value")
-	if t == "float64" {
+	switch t {
+	case "float64":
 		return "number"
+	case "*main.listFlag":
+		return "string, repeatable"
 	}
 	return t
 }
