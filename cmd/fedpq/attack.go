@@ -176,7 +176,8 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // attackProgress shows a bar over every evaluation of every attack with an
-// ETA on a terminal, a line per finished attack otherwise, or nothing.
+// ETA on a terminal, a line per attack begun with the time spent and an
+// ETA otherwise (logs), or nothing.
 func attackProgress(w io.Writer, quiet bool, iterations int) (func(attack.Progress), func()) {
 	if quiet {
 		return nil, func() {}
@@ -186,7 +187,11 @@ func attackProgress(w io.Writer, quiet bool, iterations int) (func(attack.Progre
 		return func(p attack.Progress) {
 			if p.Target != last {
 				last = p.Target
-				fmt.Fprintf(w, "attack %d/%d  %s  %.0fs\n", p.Target+1, p.Total, p.Setting, p.Elapsed)
+				eta := "-"
+				if p.Target > 0 {
+					eta = fmt.Sprintf("%.0fs", p.Elapsed/float64(p.Target)*float64(p.Total-p.Target))
+				}
+				fmt.Fprintf(w, "attack %d/%d  %s  elapsed %.0fs  eta %s\n", p.Target+1, p.Total, p.Setting, p.Elapsed, eta)
 			}
 		}, func() {}
 	}

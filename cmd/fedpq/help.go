@@ -32,6 +32,12 @@ var helpGroups = map[string][]helpGroup{
 	"run": runGroups,
 	"server": append([]helpGroup{{"Server", []string{"listen", "token", "roster", "tls-cert", "tls-key", "min-clients",
 		"gather", "grace", "max-wait", "round-timeout", "key-share-timeout", "join-timeout"}}}, runGroups...),
+	"attack": {
+		{"Data and model", []string{"dataset", "data-dir", "model", "seed"}},
+		{"What the client sends", []string{"mechanism", "batch", "message", "lr", "range"}},
+		{"Attack", []string{"method", "iterations", "starts", "give-labels", "targets"}},
+		{"Output", []string{"png", "format", "quiet"}},
+	},
 	"client": {
 		{"Server", []string{"server", "partition", "token", "key", "roster", "tls", "tls-ca", "tls-server-name", "retry-for"}},
 		{"Data", []string{"data-dir"}},
