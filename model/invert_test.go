@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -187,4 +188,36 @@ func f64s(v []float32) []float64 {
 		out[i] = float64(x)
 	}
 	return out
+}
+
+// BenchmarkInverterMatch times one evaluation of the inversion objective
+// and its gradient (what every L-BFGS step of an attack pays), per
+// architecture and batch, on MNIST-shaped inputs.
+func BenchmarkInverterMatch(b *testing.B) {
+	for _, arch := range []string{"linear", "cnn2", "lenet"} {
+		for _, batch := range []int{1, 8} {
+			m, err := New(arch, []int{28, 28, 1}, 10)
+			if err != nil {
+				b.Skip(err)
+			}
+			b.Run(fmt.Sprintf("%s/batch%d", arch, batch), func(b *testing.B) {
+				x32, y := synthetic(m, batch, 1)
+				w := m.Init(1)
+				v, err := m.NewInverter(batch, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := v.SetTarget(w, w); err != nil {
+					b.Fatal(err)
+				}
+				x, labels := f64s(x32), oneHot(y, 10)
+				gx, gy := make([]float64, len(x)), make([]float64, len(labels))
+				for b.Loop() {
+					if _, err := v.Match(x, labels, gx, gy); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
