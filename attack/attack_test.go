@@ -144,7 +144,7 @@ func TestReconstruct(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				rec, err := Method{Name: method, Iterations: 200, Starts: 2}.Reconstruct(context.Background(), m, w, view, n, nil, 1, nil)
+				rec, err := Method{Name: method, Optimizer: "lbfgs", Iterations: 200, Starts: 2}.Reconstruct(context.Background(), m, w, view, n, nil, 1, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -20,8 +20,13 @@ type Method struct {
 	// 2019) or "idlg" (labels read off the last layer's bias gradient
 	// first, then images learnt for them, Zhao et al. 2020).
 	Name string
-	// Iterations is the number of L-BFGS iterations per start (DLG and
-	// iDLG minimize with L-BFGS).
+	// Optimizer is "lbfgs" (what DLG and iDLG use) or "adam" (Adam of
+	// step 0.1, divided by 10 at 3/8, 5/8 and 7/8 of the iterations, with
+	// the images projected onto the data's [0, 1] after every step: the
+	// schedule of Geiping et al., "Inverting gradients", NeurIPS 2020,
+	// whose ReLU networks L-BFGS's line searches stall on).
+	Optimizer string
+	// Iterations is the number of optimizer iterations per start.
 	Iterations int
 	// Starts is the number of random starting guesses; the guess whose
 	// gradient matches the view best wins, which the attacker can see
@@ -33,6 +38,9 @@ type Method struct {
 func (a Method) Validate() error {
 	if a.Name != "dlg" && a.Name != "idlg" {
 		return fmt.Errorf("attack: method %q: want dlg or idlg", a.Name)
+	}
+	if a.Optimizer != "lbfgs" && a.Optimizer != "adam" {
+		return fmt.Errorf("attack: optimizer %q: want lbfgs or adam", a.Optimizer)
 	}
 	if a.Iterations < 1 || a.Starts < 1 {
 		return fmt.Errorf("attack: %d iterations and %d starts, want at least 1 each", a.Iterations, a.Starts)
@@ -52,12 +60,14 @@ type Reconstruction struct {
 
 // Reconstruct guesses the batch of n examples whose mean gradient at
 // weights w is view, by minimizing the gradient distance of package
-// model's Inverter with L-BFGS (gonum's) from Starts random guesses (pixels
-// uniform in [0, 1], label logits standard normal), seeded by seed. labels,
-// if not nil, are the batch's true labels, given to the attacker (as
-// JoPEQ's evaluation gives them to iDLG); nil lets the method find them.
-// progress, if not nil, is called after every evaluation with the number
-// done so far and the most there will be.
+// model's Inverter from Starts random guesses (grey images, pixels uniform
+// in [0.45, 0.55]; label logits standard normal), seeded by seed. A grey
+// start beat pixels uniform in [0, 1] on MNIST (mlp with Adam: SSIM 0.70
+// against 0.52 over 3 targets; lenet with L-BFGS: the same). labels, if not nil, are
+// the batch's true labels, given to the attacker (as JoPEQ's evaluation
+// gives them to iDLG); nil lets the method find them. progress, if not
+// nil, is called after every evaluation with the number done so far and
+// the most there will be.
 func (a Method) Reconstruct(ctx context.Context, m *model.Model, w, view [][]float32, n int, labels []int32, seed uint64, progress func(done, most int)) (Reconstruction, error) {
 	if err := a.Validate(); err != nil {
 		return Reconstruction{}, err
@@ -89,123 +99,208 @@ func (a Method) Reconstruct(ctx context.Context, m *model.Model, w, view [][]flo
 			return Reconstruction{}, err
 		}
 	}
-	// Most evaluations: gonum's line search takes a few per iteration.
-	most := a.Starts * a.Iterations * evalsPerIteration
+	per := a.Iterations
+	if a.Optimizer == "lbfgs" {
+		per *= evalsPerIteration
+	}
+	obj := &objective{inv: inv, norm: norm, images: n * f, learn: learn, progress: progress, most: a.Starts * per}
+	obj.probs = make([]float64, n*c)
+	for i, y := range known {
+		obj.probs[i*c+int(y)] = 1
+	}
 	best := Reconstruction{Distance: math.Inf(1)}
-	done := 0
 	for s := range a.Starts {
 		rng := corr.Derive(corr.SeedSecret(seed), "attack start", uint64(s))
 		vars := make([]float64, n*f)
 		for i := range vars {
-			vars[i] = rng.Float64()
+			vars[i] = 0.5 + 0.1*(rng.Float64()-0.5)
 		}
 		if learn {
 			for range n * c {
 				vars = append(vars, rng.NormFloat64())
 			}
 		}
-		probs := make([]float64, n*c)
-		for i, y := range known {
-			probs[i*c+int(y)] = 1
+		obj.reset(len(vars))
+		var x []float64
+		var d float64
+		if a.Optimizer == "lbfgs" {
+			x, d, err = lbfgs(ctx, obj, vars, per)
+		} else {
+			x, d, err = adam(ctx, obj, vars, a.Iterations)
 		}
-		grad := make([]float64, len(vars))
-		last := make([]float64, len(vars))
-		lastD := math.NaN()
-		var evalErr error
-		eval := func(x []float64) float64 {
-			if !math.IsNaN(lastD) && slices.Equal(x, last) {
-				return lastD
-			}
-			if learn {
-				copy(probs, x[n*f:])
-			}
-			var gl []float64
-			if learn {
-				gl = grad[n*f:]
-			}
-			d, err := inv.Match(x[:n*f], probs, grad[:n*f], gl)
-			if err != nil {
-				evalErr = err
-				return math.NaN()
-			}
-			for i := range grad {
-				grad[i] /= norm
-			}
-			copy(last, x)
-			lastD = d / norm
-			done++
-			if progress != nil {
-				progress(done, most)
-			}
-			return lastD
+		if err != nil {
+			return Reconstruction{}, err
 		}
-		prob := optimize.Problem{
-			Func: eval,
-			Grad: func(g, x []float64) {
-				eval(x)
-				copy(g, grad)
-			},
-			Status: func() (optimize.Status, error) {
-				if err := ctx.Err(); err != nil {
-					return optimize.Failure, err
-				}
-				if evalErr != nil {
-					return optimize.Failure, evalErr
-				}
-				return optimize.NotTerminated, nil
-			},
-		}
-		// L-BFGS stops where its line search fails, which the kinks of
-		// ReLU models make frequent; it then starts afresh (memory
-		// cleared) from where it stopped, until the budget is spent.
-		budget := a.Iterations * evalsPerIteration
-		used := 0
-		var res *optimize.Result
-		for used < budget {
-			settings := &optimize.Settings{
-				FuncEvaluations: budget - used,
-				Converger:       optimize.NeverTerminate{},
-			}
-			r, err := optimize.Minimize(prob, vars, settings, &optimize.LBFGS{Store: 100})
-			if err := ctx.Err(); err != nil {
-				return Reconstruction{}, err
-			}
-			if evalErr != nil {
-				return Reconstruction{}, evalErr
-			}
-			if r == nil || (err != nil && !isStop(err)) {
-				return Reconstruction{}, fmt.Errorf("attack: L-BFGS: %w", err)
-			}
-			if res != nil && !(r.F < res.F) {
-				break // no progress from a fresh start: a (local) match
-			}
-			res = r
-			used += r.FuncEvaluations
-			copy(vars, r.X)
-			if err == nil {
-				break
-			}
-		}
-		if !(res.F < best.Distance) {
+		if !(d < best.Distance) {
 			continue
 		}
-		best = Reconstruction{Distance: res.F, X: make([]float32, n*f), Labels: known}
-		for i, v := range res.X[:n*f] {
+		best = Reconstruction{Distance: d, X: make([]float32, n*f), Labels: known}
+		for i, v := range x[:n*f] {
 			best.X[i] = float32(min(max(v, 0), 1))
 		}
 		if learn {
 			best.Labels = make([]int32, n)
 			for i := range n {
-				row := res.X[n*f+i*c : n*f+(i+1)*c]
-				best.Labels[i] = int32(argmax(row))
+				best.Labels[i] = int32(argmax(x[n*f+i*c : n*f+(i+1)*c]))
 			}
 		}
 	}
-	best.Evaluations = done
+	best.Evaluations = obj.done
 	if best.X == nil {
 		return Reconstruction{}, errors.New("attack: no start reached a finite distance")
 	}
 	return best, nil
+}
+
+// objective is the relative gradient distance D/||view||^2 as a function of
+// the attack's variables: the images, then (DLG) the label logits. It
+// remembers its last point, as L-BFGS asks for the value and the gradient
+// at a point in two calls.
+type objective struct {
+	inv      *model.Inverter
+	norm     float64
+	images   int       // variables that are pixels
+	learn    bool      // the label logits follow the pixels
+	probs    []float64 // iDLG: the labels' one-hot rows
+	progress func(done, most int)
+	done     int
+	most     int
+
+	grad, last []float64
+	lastD      float64
+}
+
+func (o *objective) reset(vars int) {
+	o.grad, o.last, o.lastD = make([]float64, vars), make([]float64, vars), math.NaN()
+}
+
+// eval returns the objective at x and leaves its gradient in o.grad.
+func (o *objective) eval(x []float64) (float64, error) {
+	if !math.IsNaN(o.lastD) && slices.Equal(x, o.last) {
+		return o.lastD, nil
+	}
+	probs, gl := o.probs, []float64(nil)
+	if o.learn {
+		probs, gl = x[o.images:], o.grad[o.images:]
+	}
+	d, err := o.inv.Match(x[:o.images], probs, o.grad[:o.images], gl)
+	if err != nil {
+		return 0, err
+	}
+	for i := range o.grad {
+		o.grad[i] /= o.norm
+	}
+	copy(o.last, x)
+	o.lastD = d / o.norm
+	o.done++
+	if o.progress != nil {
+		o.progress(o.done, o.most)
+	}
+	return o.lastD, nil
+}
+
+// lbfgs minimizes o from x with gonum's L-BFGS in at most budget
+// evaluations. L-BFGS stops where its line search fails, which the kinks of
+// ReLU models make frequent; it then starts afresh (memory cleared) from
+// where it stopped, until the budget is spent or a fresh start makes no
+// progress.
+func lbfgs(ctx context.Context, o *objective, x []float64, budget int) ([]float64, float64, error) {
+	var evalErr error
+	prob := optimize.Problem{
+		Func: func(x []float64) float64 {
+			d, err := o.eval(x)
+			if err != nil {
+				evalErr = err
+				return math.NaN()
+			}
+			return d
+		},
+		Grad: func(g, x []float64) {
+			if _, err := o.eval(x); err != nil {
+				evalErr = err
+			}
+			copy(g, o.grad)
+		},
+		Status: func() (optimize.Status, error) {
+			if err := ctx.Err(); err != nil {
+				return optimize.Failure, err
+			}
+			if evalErr != nil {
+				return optimize.Failure, evalErr
+			}
+			return optimize.NotTerminated, nil
+		},
+	}
+	used := 0
+	var res *optimize.Result
+	for used < budget {
+		settings := &optimize.Settings{FuncEvaluations: budget - used, Converger: optimize.NeverTerminate{}}
+		r, err := optimize.Minimize(prob, x, settings, &optimize.LBFGS{Store: 100})
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		if evalErr != nil {
+			return nil, 0, evalErr
+		}
+		if r == nil || (err != nil && !isStop(err)) {
+			return nil, 0, fmt.Errorf("attack: L-BFGS: %w", err)
+		}
+		if res != nil && !(r.F < res.F) {
+			break // no progress from a fresh start: a (local) match
+		}
+		res = r
+		used += r.FuncEvaluations
+		x = r.X
+		if err == nil {
+			break
+		}
+	}
+	return res.X, res.F, nil
+}
+
+// adam minimizes o from x with Adam (betas 0.9 and 0.999) for iterations
+// steps of Geiping et al.'s schedule, projecting the pixels onto [0, 1]
+// after each, and returns the best point it evaluated.
+func adam(ctx context.Context, o *objective, x []float64, iterations int) ([]float64, float64, error) {
+	const b1, b2, eps = 0.9, 0.999, 1e-8
+	m, v := make([]float64, len(x)), make([]float64, len(x))
+	best, bestD := slices.Clone(x), math.Inf(1)
+	for t := 1; t <= iterations; t++ {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		d, err := o.eval(x)
+		if err != nil {
+			return nil, 0, err
+		}
+		if d < bestD {
+			bestD = d
+			copy(best, x)
+		}
+		lr := 0.1
+		for _, at := range []int{3, 5, 7} {
+			if 8*(t-1) >= at*iterations {
+				lr /= 10
+			}
+		}
+		c1, c2 := 1-math.Pow(b1, float64(t)), 1-math.Pow(b2, float64(t))
+		for i, g := range o.grad {
+			m[i] = b1*m[i] + (1-b1)*g
+			v[i] = b2*v[i] + (1-b2)*g*g
+			x[i] -= lr * (m[i] / c1) / (math.Sqrt(v[i]/c2) + eps)
+			if i < o.images {
+				x[i] = min(max(x[i], 0), 1)
+			}
+		}
+	}
+	d, err := o.eval(x)
+	if err != nil {
+		return nil, 0, err
+	}
+	if d < bestD {
+		return x, d, nil
+	}
+	return best, bestD, nil
 }
 
 // evalsPerIteration bounds the evaluations of one L-BFGS iteration: its

@@ -76,7 +76,7 @@ func runJoPEQDLG(ctx context.Context, o Options) (*Result, error) {
 			settings = append(settings, s)
 		}
 		st := attack.Study{Model: m, Weights: m.Init(o.seed()), Train: fd.Train, Settings: settings,
-			Method: attack.Method{Name: "idlg", Iterations: iterations, Starts: 1},
+			Method: attack.Method{Name: "idlg", Optimizer: "lbfgs", Iterations: iterations, Starts: 1},
 			Upload: attack.Upload{Message: "gradient", Range: "oracle"}, Batch: 1, Targets: targets,
 			GiveLabels: true, Seed: o.seed()}
 		last := -1

@@ -64,7 +64,8 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		method     = fs.String("method", "idlg", "dlg (images and labels learnt together) or idlg (labels inferred first)")
 		batch      = fs.Int("batch", 1, "images per client upload (1 to 8; a pair's two clients hold 2x)")
 		targets    = fs.Int("targets", 8, "uploads attacked per mechanism (the standard errors are over them)")
-		iterations = fs.Int("iterations", 300, "L-BFGS iterations per start")
+		optimizer  = fs.String("optimizer", "lbfgs", "lbfgs (DLG's and iDLG's) or adam (projected onto [0, 1]; better on ReLU models, as Geiping et al. 2020)")
+		iterations = fs.Int("iterations", 300, "optimizer iterations per start")
 		starts     = fs.Int("starts", 1, "random starting guesses per attack; the best gradient match wins")
 		message    = fs.String("message", "gradient", "what the client sends: gradient, or update (one SGD step of --lr)")
 		lr         = fs.Float64("lr", 0.1, "the client's learning rate (update messages)")
@@ -102,7 +103,7 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		settings = append(settings, st)
 	}
-	meth := attack.Method{Name: *method, Iterations: *iterations, Starts: *starts}
+	meth := attack.Method{Name: *method, Optimizer: *optimizer, Iterations: *iterations, Starts: *starts}
 	if err := meth.Validate(); err != nil {
 		return badValue{err}
 	}

@@ -35,7 +35,7 @@ var helpGroups = map[string][]helpGroup{
 	"attack": {
 		{"Data and model", []string{"dataset", "data-dir", "model", "seed"}},
 		{"What the client sends", []string{"mechanism", "batch", "message", "lr", "range"}},
-		{"Attack", []string{"method", "iterations", "starts", "give-labels", "targets"}},
+		{"Attack", []string{"method", "optimizer", "iterations", "starts", "give-labels", "targets"}},
 		{"Output", []string{"png", "format", "quiet"}},
 	},
 	"client": {
