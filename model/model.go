@@ -267,7 +267,9 @@ func (m *Model) NumParams() int {
 
 // Init returns deterministic initial weights, one fresh slice per tensor:
 // kernels followed by a ReLU get He-uniform values (U(-a, a), a =
-// sqrt(6/fan_in)), which keeps activations' variance through ReLU layers;
+// sqrt(6/fan_in)), which keeps activations' variance through ReLU layers
+// (lenet's sigmoid kernels get the same: a pre-activation of standard
+// deviation near 0.7, far from the sigmoid's flat tails);
 // the last (logit) layer gets Glorot-uniform values (a = sqrt(6/(fan_in +
 // fan_out))); biases start at zero. The values come from the corr stream
 // Derive(SeedSecret(seed), "model init", tensor index), so the same seed
