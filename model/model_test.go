@@ -221,17 +221,21 @@ func mnist(t *testing.T, set string, n int) ([]float32, []int32) {
 // TestLearnMNIST: trained on 2000 MNIST examples, the MLP (5 epochs) and
 // JoPEQ's small CNN (3 epochs) reach at least 83% and 80% accuracy on 1000
 // test examples (both get about 86% here; chance is 10%), and the test
-// loss falls.
+// loss falls. DLG's sigmoid LeNet sits on the plateau of predicting one
+// class for 5 epochs with Adam (lr 0.003; longer with SGD) and then
+// learns: after 15 epochs at least 80% (88% here).
 func TestLearnMNIST(t *testing.T) {
 	x, y := mnist(t, "train", 2000)
 	tx, ty := mnist(t, "t10k", 1000)
+	sgd := Optimizer{Name: "sgd", LR: 0.1, Momentum: 0.5}
 	for _, c := range []struct {
 		arch   string
+		opt    Optimizer
 		epochs int
 		want   float64
-	}{{"mlp", 5, 0.83}, {"cnn2", 3, 0.80}} {
+	}{{"mlp", sgd, 5, 0.83}, {"cnn2", sgd, 3, 0.80}, {"lenet", Optimizer{Name: "adam", LR: 0.003}, 15, 0.80}} {
 		m, _ := New(c.arch, []int{28, 28, 1}, 10)
-		tr, err := m.NewTrainer(Optimizer{Name: "sgd", LR: 0.1, Momentum: 0.5})
+		tr, err := m.NewTrainer(c.opt)
 		if err != nil {
 			t.Fatal(err)
 		}
