@@ -30,6 +30,10 @@ MODELS = {
         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(2048, 128), nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, 10)),
+    "lenet": lambda c: nn.Sequential(nn.Conv2d(1, 12, 5, padding=2, stride=2), nn.Sigmoid(),
+                                     nn.Conv2d(12, 12, 5, padding=2, stride=2), nn.Sigmoid(),
+                                     nn.Conv2d(12, 12, 5, padding=2), nn.Sigmoid(), nn.Flatten(),
+                                     nn.Linear(588, 10)),
 }
 
 

@@ -14,13 +14,14 @@ import (
 // Golden cross-framework tests: fedpq's local training against PyTorch's.
 //
 // testdata/golden/torch_golden.py (run with python3-torch; its docstring
-// says how) trains PyTorch's nn.Sequential twins of mlp, cnn2, corbin-cnn
-// and ldpfl-cnn on the first 256 MNIST training images (stored in the
+// says how) trains PyTorch's nn.Sequential twins of mlp, cnn2, corbin-cnn,
+// ldpfl-cnn and lenet (nn.Conv2d with stride and padding, nn.Sigmoid) on
+// the first 256 MNIST training images (stored in the
 // fixtures, so the tests need neither torch nor the dataset), from initial
 // weights and with dropout masks that are splitmix64 hashes both sides
 // compute bit for bit (goldenInit, goldenDropout), on batches it stores.
-// Each model trains with SGD + momentum and with Adam: mlp and cnn2 150
-// steps of batch 16, corbin-cnn and ldpfl-cnn 100 steps of batch 4 (see
+// Each model trains with SGD + momentum and with Adam: mlp, cnn2 and lenet
+// 150 steps of batch 16, corbin-cnn and ldpfl-cnn 100 steps of batch 4 (see
 // the generator's CASES for the learning rates). The fixtures hold
 // PyTorch's loss of every step and, after steps 1, 10 and the last, each
 // tensor's float64 sum and sum of squares and 256 values at fixed positions
@@ -172,7 +173,7 @@ func uniform24(key uint64) float64 { return float64(splitmix64(key)>>40) / (1 <<
 
 // goldenInit is the generator's init_weights: value j of tensor t is
 // float32(a * (2u - 1)), u = uniform24(seed ^ t<<32 ^ j), with a =
-// sqrt(6/fan_in) for kernels before a ReLU, sqrt(6/(fan_in + fan_out)) for
+// sqrt(6/fan_in) for kernels before a ReLU (or lenet's sigmoid), sqrt(6/(fan_in + fan_out)) for
 // the logit kernel and 1/sqrt(fan_in) for biases.
 func goldenInit(m *Model, seed uint64) [][]float32 {
 	specs := m.Tensors()
@@ -284,16 +285,16 @@ func goldenTol(noise []float64) []float64 {
 }
 
 // TestGoldenTraining: from the same weights on the same batches (and
-// dropout masks), fedpq's local training of mlp, cnn2, corbin-cnn and
-// ldpfl-cnn with SGD + momentum and with Adam matches PyTorch's over 100
+// dropout masks), fedpq's local training of mlp, cnn2, corbin-cnn,
+// ldpfl-cnn and lenet with SGD + momentum and with Adam matches PyTorch's over 100
 // to 150 steps: the mean loss and the weights after steps 1, 10 and the
 // last, on each engine (see the tolerance above).
 func TestGoldenTraining(t *testing.T) {
 	x, y := goldenMNIST(t)
 	var cases []goldenCase
 	readGolden(t, "train.json.gz", &cases)
-	if len(cases) != 8 {
-		t.Fatalf("%d training cases, want 8", len(cases))
+	if len(cases) != 10 {
+		t.Fatalf("%d training cases, want 10", len(cases))
 	}
 	for _, e := range goldenEngines {
 		for _, c := range cases {

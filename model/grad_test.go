@@ -13,22 +13,28 @@ import (
 )
 
 // reference builds the model's logits [B, classes] from an NHWC (or [B,
-// features]) batch with GoMLX's own ops: its native Convolve, MaxPool and
-// dense products, with PyTorch's flatten order. masks are feature-major, as
+// features]) batch with GoMLX's own ops: its native Convolve (with
+// PyTorch's padding k/2 on every side and stride), MaxPool, dense products
+// and Sigmoid, with PyTorch's flatten order. masks are feature-major, as
 // the trainer feeds them.
 func (m *Model) reference(x *Node, params, masks []*Node) *Node {
 	nmask := 0
+	act := func(z *Node, st step) *Node {
+		if st.sigmoid {
+			return Sigmoid(z)
+		}
+		return MaxScalar(z, 0)
+	}
 	for _, st := range m.steps {
 		switch st.kind {
 		case conv:
 			k := TransposeAllAxes(params[st.w], 2, 3, 1, 0) // OIHW -> HWIO
-			cb := Convolve(x, k)
+			p := 0
 			if st.same {
-				cb = cb.PadSame()
-			} else {
-				cb = cb.NoPadding()
+				p = st.k / 2
 			}
-			x = MaxScalar(Add(cb.Done(), Reshape(params[st.b], 1, 1, 1, st.out)), 0)
+			cb := Convolve(x, k).Strides(st.strides()).PaddingPerDim([][2]int{{p, p}, {p, p}})
+			x = act(Add(cb.Done(), Reshape(params[st.b], 1, 1, 1, st.out)), st)
 		case maxPool:
 			x = MaxPool(x).Window(2).Strides(2).NoPadding().Done()
 		case dense:
@@ -38,7 +44,7 @@ func (m *Model) reference(x *Node, params, masks []*Node) *Node {
 			x = Reshape(x, x.Shape().Dimensions[0], -1)
 			x = Add(Einsum("bi,oi->bo", x, params[st.w]), Reshape(params[st.b], 1, st.out))
 			if !st.last {
-				x = MaxScalar(x, 0)
+				x = act(x, st)
 			}
 		case dropout:
 			x = Mul(x, Transpose(masks[nmask], 0, 1))
@@ -52,8 +58,11 @@ func (m *Model) reference(x *Node, params, masks []*Node) *Node {
 // col2im, pooling, flatten, dropout, dense, softmax cross-entropy) against
 // GoMLX's autodiff of the reference model built from GoMLX's native
 // convolution and pooling, for every layer type: valid and same padding,
-// one and several input channels, odd sizes under pooling, dropout.
+// one and several input channels, odd sizes under pooling, dropout,
+// strided convolutions (lenet: odd sizes whose last padded row no window
+// reaches), sigmoid convolutions and a sigmoid hidden dense layer.
 func TestGradients(t *testing.T) {
+	withArch(t, "sigmoid-mlp", []layer{{kind: dense, out: 8, sigmoid: true}, {kind: dense, out: 6}})
 	for _, c := range []struct {
 		arch  string
 		input []int
@@ -62,8 +71,11 @@ func TestGradients(t *testing.T) {
 		{"corbin-cnn", []int{16, 16, 2}}, // 14 -> 7 -> 5 -> 2: odd pooling
 		{"vgg-small", []int{8, 8, 3}},
 		{"mlp", []int{6}},
+		{"lenet", []int{28, 28, 1}},
+		{"lenet", []int{10, 9, 2}}, // 10 -> 5 (row 13 of 14 padded unread), 9 -> 5; -> 3 -> 3
+		{"sigmoid-mlp", []int{6}},
 	} {
-		t.Run(c.arch, func(t *testing.T) {
+		t.Run(fmt.Sprint(c.arch, c.input), func(t *testing.T) {
 			m, err := New(c.arch, c.input, 4)
 			if err != nil {
 				t.Fatal(err)
@@ -190,6 +202,14 @@ func checkGradients(t *testing.T, m *Model, batch int) {
 			t.Errorf("%s: max |grad - reference| = %g, max |reference| = %g", s.Name, diff, norm)
 		}
 	}
+}
+
+// withArch registers a test-only architecture for the rest of the test.
+func withArch(t *testing.T, name string, layers []layer) {
+	a := archs["mlp"]
+	a.layers, a.doc = layers, "test only"
+	archs[name] = a
+	t.Cleanup(func() { delete(archs, name) })
 }
 
 func product(d []int) int {

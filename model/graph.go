@@ -22,8 +22,8 @@ import (
 // pass records what the backward pass needs of one step of the forward pass.
 type pass struct {
 	in      *Node // the step's input activation (feature-major)
-	patches *Node // conv: the im2col matrix [k*k*C+1, B*R*Wp], last row ones
-	wide    *Node // conv: the ReLU output on the wide grid [O, B, R, Wq]
+	patches *Node // conv: the im2col matrix [k*k*C+1, B*R*Wp] (strided: [k*k*C+1, B*Ho*Wo]), last row ones
+	wide    *Node // conv: the activation on the wide grid [O, B, R, Wq] (strided: [O, B, Ho, Wo])
 	pooled  *Node // conv with pool: wide pooled [O, B, R/2, Wq/2]
 	out     *Node // the step's output activation
 
@@ -46,9 +46,12 @@ func (m *Model) forward(x *Node, params []*Node, masks []*Node) (*Node, []pass) 
 		passes[i].in = x
 		switch st.kind {
 		case conv:
-			if i == 0 && st.pool {
+			switch {
+			case st.strides() > 1:
+				x = convStrided(&passes[i], x, params[st.w], params[st.b], st)
+			case i == 0 && st.pool:
 				x = convFirstPooled(&passes[i], x, params[st.w], params[st.b], st)
-			} else {
+			default:
 				x = convForward(&passes[i], x, params[st.w], params[st.b], st)
 			}
 		case dense:
@@ -56,7 +59,7 @@ func (m *Model) forward(x *Node, params []*Node, masks []*Node) (*Node, []pass) 
 			passes[i].in = x
 			x = Add(DotGeneral(params[st.w], []int{1}, nil, x, []int{0}, nil), Reshape(params[st.b], st.out, 1))
 			if !st.last {
-				x = MaxScalar(x, 0)
+				x = activate(x, st)
 			}
 		case dropout:
 			if masks != nil {
@@ -125,7 +128,25 @@ func newConvGeom(in *Node, st step) convGeom {
 	return g
 }
 
-// convForward is conv + ReLU (+ 2 x 2 max pooling when st.pool) of x
+// activate is the hidden layer's activation of z: ReLU, or the sigmoid.
+func activate(z *Node, st step) *Node {
+	if st.sigmoid {
+		return Sigmoid(z)
+	}
+	return MaxScalar(z, 0)
+}
+
+// activateGrad is the gradient of activate's input given its output y
+// and the gradient d of y: d where y > 0 for ReLU, d*(1-y)*y for the
+// sigmoid (PyTorch's formula and order, as the native engine's).
+func activateGrad(st step, y, d *Node) *Node {
+	if st.sigmoid {
+		return Mul(Mul(d, OneMinus(y)), y)
+	}
+	return reluGrad(y, d)
+}
+
+// convForward is conv + activation (+ 2 x 2 max pooling when st.pool) of x
 // [C, B, H, W] with kernel [O, C, k, k] and bias [O], lowered to im2col on
 // the wide grid and one matrix product. The patch rows are the k*k windows
 // in (dy, dx, c) order and a last row of ones that carries the bias
@@ -152,7 +173,7 @@ func convForward(ps *pass, x, kernel, bias *Node, st step) *Node {
 	rows = append(rows, Ones(gr, f32(1, g.b*l)))
 	ps.patches = Concatenate(rows, 0)
 	z := DotGeneral(convKernel(kernel, bias), []int{1}, nil, ps.patches, []int{0}, nil)
-	a := Reshape(MaxScalar(z, 0), g.o, g.b, g.r, g.wp)
+	a := Reshape(activate(z, st), g.o, g.b, g.r, g.wp)
 	if g.wq < g.wp {
 		a = Slice(a, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, g.wq))
 	}
@@ -184,20 +205,9 @@ func convFirstPooled(ps *pass, x, kernel, bias *Node, st step) *Node {
 		x = Pad(x, ScalarZero(gr, dtypes.Float32), PadAxis{}, PadAxis{}, PadAxis{Start: g.pad, End: g.pad}, PadAxis{Start: g.pad, End: g.pad})
 	}
 	h, w := g.ho/2, g.wo/2
-	n := g.b * h * w
 	wk := convKernel(kernel, bias)
 	for phase := range 4 {
-		py, px := phase/2, phase%2
-		rows := make([]*Node, 0, g.k*g.k+1)
-		for dy := range g.k {
-			for dx := range g.k {
-				y0, x0 := py+dy, px+dx
-				win := Slice(x, AxisRange(), AxisRange(), AxisRange(y0, y0+2*h-1).Stride(2), AxisRange(x0, x0+2*w-1).Stride(2))
-				rows = append(rows, Reshape(win, g.c, n))
-			}
-		}
-		rows = append(rows, Ones(gr, f32(1, n)))
-		ps.phasePatches[phase] = Concatenate(rows, 0)
+		ps.phasePatches[phase] = stridedPatches(x, g.k, phase/2, phase%2, 2, h, w)
 		ps.phaseZ[phase] = DotGeneral(wk, []int{1}, nil, ps.phasePatches[phase], []int{0}, nil)
 	}
 	z := ps.phaseZ
@@ -229,11 +239,102 @@ func convFirstPooledGrad(ps pass, d *Node, st step) (gk, gb *Node) {
 			full = Add(full, part)
 		}
 	}
-	c := ps.in.Shape().Dimensions[0]
+	gk, gb = kernelGrads(full, st, ps.in.Shape().Dimensions[0])
+	return gk, gb
+}
+
+// stridedPatches is the im2col matrix [k*k*C+1, B*h*w] of the padded x
+// [C, B, Hp, Wp] for h x w outputs whose kernel offset (dy, dx) reads x at
+// (y0+dy+s*i, x0+dx+s*j): rows in (dy, dx, c) order, each window one
+// stride-s slice, and a last row of ones for the bias.
+func stridedPatches(x *Node, k, y0, x0, s, h, w int) *Node {
+	d := x.Shape().Dimensions
+	c, n := d[0], d[1]*h*w
+	rows := make([]*Node, 0, k*k+1)
+	for dy := range k {
+		for dx := range k {
+			win := Slice(x, AxisRange(), AxisRange(), AxisRange(y0+dy, y0+dy+s*(h-1)+1).Stride(s), AxisRange(x0+dx, x0+dx+s*(w-1)+1).Stride(s))
+			rows = append(rows, Reshape(win, c, n))
+		}
+	}
+	rows = append(rows, Ones(x.Graph(), f32(1, n)))
+	return Concatenate(rows, 0)
+}
+
+// kernelGrads splits the product full [O, k*k*C+1] of a conv's output
+// gradient with its patches into the kernel gradient [O, C, k, k] and the
+// bias gradient [O].
+func kernelGrads(full *Node, st step, c int) (gk, gb *Node) {
 	kk := st.k * st.k * c
 	gk = TransposeAllAxes(Reshape(Slice(full, AxisRange(), AxisRange(0, kk)), st.out, st.k, st.k, c), 0, 3, 1, 2)
 	gb = Reshape(Slice(full, AxisRange(), AxisRange(kk, kk+1)), st.out)
 	return gk, gb
+}
+
+// convStrided is conv + activation of x [C, B, H, W] for a stride s > 1
+// (no pooling): the window of kernel offset (dy, dx) is a stride-s slice
+// of the padded input, so the patches [k*k*C+1, B*Ho*Wo] hold exactly the
+// outputs' windows, and one product with convKernel gives [O, B*Ho*Wo].
+func convStrided(ps *pass, x, kernel, bias *Node, st step) *Node {
+	ho, wo, pad := stridedGeom(x, st)
+	if pad > 0 {
+		x = Pad(x, ScalarZero(x.Graph(), dtypes.Float32), PadAxis{}, PadAxis{}, PadAxis{Start: pad, End: pad}, PadAxis{Start: pad, End: pad})
+	}
+	ps.patches = stridedPatches(x, st.k, 0, 0, st.strides(), ho, wo)
+	z := DotGeneral(convKernel(kernel, bias), []int{1}, nil, ps.patches, []int{0}, nil)
+	ps.wide = Reshape(activate(z, st), st.out, x.Shape().Dimensions[1], ho, wo)
+	return ps.wide
+}
+
+// stridedGeom is a strided conv's output size and padding for input x.
+func stridedGeom(x *Node, st step) (ho, wo, pad int) {
+	d := x.Shape().Dimensions
+	if st.same {
+		pad = st.k / 2
+	}
+	s := st.strides()
+	return (d[2]+2*pad-st.k)/s + 1, (d[3]+2*pad-st.k)/s + 1, pad
+}
+
+// convStridedBackward returns the gradients of convStrided's kernel and
+// bias and, unless first, of its input, given d, its output's gradient.
+// Window (dy, dx)'s input gradient W[:, :, dy, dx]^T d [C, B, Ho, Wo]
+// lands on the padded input's rows dy+s*i and columns dx+s*j: a Pad with
+// s-1 interior zeros puts it there.
+func convStridedBackward(ps pass, kernel, d *Node, st step, first bool) (gk, gb, dx *Node) {
+	d = activateGrad(st, ps.wide, d)
+	dd := d.Shape().Dimensions
+	o, b, ho, wo := dd[0], dd[1], dd[2], dd[3]
+	d = Reshape(d, o, -1)
+	c := ps.in.Shape().Dimensions[0]
+	gk, gb = kernelGrads(DotGeneral(d, []int{1}, nil, ps.patches, []int{1}, nil), st, c)
+	if first {
+		return gk, gb, nil
+	}
+	id := ps.in.Shape().Dimensions
+	_, _, pad := stridedGeom(ps.in, st)
+	hp, wp, s := id[2]+2*pad, id[3]+2*pad, st.strides()
+	zero := ScalarZero(d.Graph(), dtypes.Float32)
+	wt := TransposeAllAxes(kernel, 2, 3, 1, 0) // [k, k, C, O]
+	var sum *Node
+	for dy := range st.k {
+		for dx := range st.k {
+			w := Reshape(Slice(wt, AxisRange(dy, dy+1), AxisRange(dx, dx+1)), c, o)
+			win := Reshape(DotGeneral(w, []int{1}, nil, d, []int{0}, nil), c, b, ho, wo)
+			win = Pad(win, zero, PadAxis{}, PadAxis{},
+				PadAxis{Start: dy, End: hp - dy - s*(ho-1) - 1, Interior: s - 1},
+				PadAxis{Start: dx, End: wp - dx - s*(wo-1) - 1, Interior: s - 1})
+			if sum == nil {
+				sum = win
+			} else {
+				sum = Add(sum, win)
+			}
+		}
+	}
+	if pad > 0 {
+		sum = Slice(sum, AxisRange(), AxisRange(), AxisRange(pad, pad+id[2]), AxisRange(pad, pad+id[3]))
+	}
+	return gk, gb, sum
 }
 
 // convBackward returns the gradients of the kernel and bias and, unless
@@ -253,13 +354,10 @@ func convBackward(ps pass, kernel, d *Node, st step, first bool) (gk, gb, dx *No
 		d = widen(d, g.wq/2-g.wo/2)
 		d = maxPool2Grad(ps.wide, ps.pooled, d) // includes the ReLU's gradient
 	} else {
-		d = reluGrad(ps.wide, widen(d, g.wp-g.wo))
+		d = activateGrad(st, ps.wide, widen(d, g.wp-g.wo))
 	}
 	d = Reshape(widen(d, g.wp-g.wq), g.o, -1) // [O, B*R*Wp]
-	full := DotGeneral(d, []int{1}, nil, ps.patches, []int{1}, nil)
-	kk := g.k * g.k * g.c
-	gk = TransposeAllAxes(Reshape(Slice(full, AxisRange(), AxisRange(0, kk)), g.o, g.k, g.k, g.c), 0, 3, 1, 2)
-	gb = Reshape(Slice(full, AxisRange(), AxisRange(kk, kk+1)), g.o)
+	gk, gb = kernelGrads(DotGeneral(d, []int{1}, nil, ps.patches, []int{1}, nil), st, g.c)
 	if first {
 		return gk, gb, nil
 	}
@@ -363,7 +461,7 @@ func (m *Model) backward(params []*Node, masks []*Node, passes []pass, dLogits *
 			d = Mul(d, masks[nmask])
 		case dense:
 			if !st.last {
-				d = reluGrad(ps.out, d)
+				d = activateGrad(st, ps.out, d)
 			}
 			w := params[st.w]
 			grads[st.w] = DotGeneral(d, []int{1}, nil, ps.in, []int{1}, nil) // [O, I]
@@ -382,9 +480,12 @@ func (m *Model) backward(params []*Node, masks []*Node, passes []pass, dLogits *
 				d = unflatten(d, prev.Shape().Dimensions)
 			}
 		case conv:
-			if first && st.pool {
+			switch {
+			case st.strides() > 1:
+				grads[st.w], grads[st.b], d = convStridedBackward(ps, params[st.w], d, st, first)
+			case first && st.pool:
 				grads[st.w], grads[st.b] = convFirstPooledGrad(ps, d, st)
-			} else {
+			default:
 				grads[st.w], grads[st.b], d = convBackward(ps, params[st.w], d, st, first)
 			}
 		}

@@ -47,8 +47,8 @@ func (s TensorSpec) Size() int {
 type layerKind int
 
 const (
-	dense   layerKind = iota // fully connected, then ReLU unless it is the last layer
-	conv                     // k x k convolution, stride 1, then ReLU
+	dense   layerKind = iota // fully connected, then ReLU (or sigmoid) unless it is the last layer
+	conv                     // k x k convolution with a stride, then ReLU (or sigmoid)
 	maxPool                  // 2 x 2 max pooling, stride 2 (floor for odd sizes); follows a conv
 	dropout                  // inverted dropout with probability p (training only)
 )
@@ -60,7 +60,7 @@ type layer struct {
 	k       int     // conv kernel size
 	same    bool    // conv with zero padding k/2 (which keeps the size at stride 1)
 	stride  int     // conv stride; 0 is 1
-	sigmoid bool    // conv or hidden dense: sigmoid instead of ReLU (twice differentiable, as the attack papers' LeNet)
+	sigmoid bool    // conv or hidden dense: sigmoid instead of ReLU (twice differentiable, as the attack papers' LeNet); no pooling or dropout after it
 	p       float64 // dropout probability
 }
 
@@ -97,6 +97,14 @@ var archs = map[string]struct {
 		{kind: conv, out: 128, k: 3, same: true}, {kind: conv, out: 128, k: 3, same: true}, {kind: maxPool},
 		{kind: dense, out: 128}, {kind: dropout, p: 0.5}},
 		doc: "a small VGG for 32x32x3: 2x conv3x3x32, pool, 2x conv3x3x64, pool, 2x conv3x3x128, pool, fc128, dropout 0.5, fc"},
+	// DLG's LeNet (Zhu et al. 2019, mit-han-lab/dlg models/vision.py), which
+	// iDLG also attacks: strided convolutions instead of pooling and sigmoid
+	// activations, so that the gradient is twice differentiable everywhere.
+	"lenet": {image: true, layers: []layer{
+		{kind: conv, out: 12, k: 5, same: true, stride: 2, sigmoid: true},
+		{kind: conv, out: 12, k: 5, same: true, stride: 2, sigmoid: true},
+		{kind: conv, out: 12, k: 5, same: true, stride: 1, sigmoid: true}},
+		doc: "DLG's LeNet: conv5x5x12 stride 2, conv5x5x12 stride 2, conv5x5x12, all padding 2 and sigmoid, fc"},
 }
 
 // Names lists the architectures New accepts, sorted.
@@ -182,6 +190,10 @@ func New(arch string, input []int, classes int) (*Model, error) {
 			if i == 0 || layers[i-1].kind != conv {
 				return nil, fmt.Errorf("model: %s: pooling must follow a convolution", arch)
 			}
+			if prev := layers[i-1]; prev.sigmoid || prev.strides() > 1 {
+				// Neither engine implements it: no architecture needs it.
+				return nil, fmt.Errorf("model: %s: pooling after a strided or sigmoid convolution", arch)
+			}
 			m.steps[i-1].pool = true
 			if cur[0] < 2 || cur[1] < 2 {
 				return nil, fmt.Errorf("model: %s: input %v too small to pool", arch, input)
@@ -197,6 +209,10 @@ func New(arch string, input []int, classes int) (*Model, error) {
 			s.b = m.add(fmt.Sprintf("fc%d/bias", ndense), l.out)
 			cur = []int{l.out}
 		case dropout:
+			if i > 0 && layers[i-1].sigmoid {
+				// The native engine keeps only the masked output.
+				return nil, fmt.Errorf("model: %s: dropout after a sigmoid layer", arch)
+			}
 		}
 		s.outDim = cur
 		m.steps = append(m.steps, s)
@@ -251,7 +267,9 @@ func (m *Model) NumParams() int {
 
 // Init returns deterministic initial weights, one fresh slice per tensor:
 // kernels followed by a ReLU get He-uniform values (U(-a, a), a =
-// sqrt(6/fan_in)), which keeps activations' variance through ReLU layers;
+// sqrt(6/fan_in)), which keeps activations' variance through ReLU layers
+// (lenet's sigmoid kernels get the same: a pre-activation of standard
+// deviation near 0.7, far from the sigmoid's flat tails);
 // the last (logit) layer gets Glorot-uniform values (a = sqrt(6/(fan_in +
 // fan_out))); biases start at zero. The values come from the corr stream
 // Derive(SeedSecret(seed), "model init", tensor index), so the same seed

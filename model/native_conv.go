@@ -10,8 +10,8 @@ import (
 // output is 0, so it passes no gradient (ReLU's gradient at 0 is 0).
 const noMax = 4
 
-// convOp is a k x k stride-1 convolution with bias and ReLU, and the 2 x 2
-// max pooling after it when there is one.
+// convOp is a k x k convolution with bias and ReLU (or sigmoid), and the
+// 2 x 2 max pooling after it when there is one.
 //
 // Forward, one product writes the raw convolution z [O, B, Ho, Wo] and
 // one pass per channel adds the bias, applies ReLU and pools, writing the
@@ -29,12 +29,19 @@ const noMax = 4
 // of those windows' products would be with the border (a valid 5 x 5
 // convolution of an 8 x 8 output: 2.25 times the work), it takes the
 // col2im route instead (see useCol2im).
+//
+// A stride s > 1 is only offsets in the forward and weight-gradient
+// products (the patches read every s-th window). For the input gradient,
+// one more pass spreads dz s apart into a zero buffer with the border
+// (spread), and the flipped-kernel convolution reads that, as at stride 1:
+// the zeros between stand for the windows the stride skips.
 type convOp struct {
 	st      step
 	in, out *edge
 	batch   int
 	c, o, k int
 	ho, wo  int // the convolution's output (before pooling)
+	s       int // the stride
 	q       int // dz's border
 
 	kern    gemm.Mat // W [O, C*k*k] (Data: the kernel, per call)
@@ -45,7 +52,8 @@ type convOp struct {
 	dz      []float32 // [O, B, Ho+2q, Wo+2q]
 	dzv     gemm.Mat  // dz's interior as [O, B*Ho*Wo]
 	kernIn  gemm.Mat  // W' [C, O*k*k] (Data: the kernel, per call)
-	windows gemm.Mat  // [O*k*k, B*H*W] over dz, flipped
+	windows gemm.Mat  // [O*k*k, B*H*W] over dz (stride > 1: over spread), flipped
+	spreadZ []float32 // stride > 1: dz spread s apart, [O, B, H+k-1, W+k-1], zero between
 
 	col2im   bool
 	kernCols gemm.Mat  // col2im: W^T [C*k*k, O] (Data: the kernel, per call)
@@ -58,16 +66,19 @@ type convOp struct {
 }
 
 func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
-	l := &convOp{st: st, in: in, out: out, batch: batch, c: in.c, o: st.out, k: st.k}
-	c, k := l.c, l.k
+	l := &convOp{st: st, in: in, out: out, batch: batch, c: in.c, o: st.out, k: st.k, s: st.strides()}
+	c, k, s := l.c, l.k, l.s
 	hp, wp := in.h+2*in.pad, in.w+2*in.pad
-	l.ho, l.wo = hp-k+1, wp-k+1
+	l.ho, l.wo = (hp-k)/s+1, (wp-k)/s+1
 	l.kern = gemm.Dense(nil, l.o, c*k*k, c*k*k)
 	l.patches = gemm.Mat{Data: in.data,
 		Row: offsets(0, c, batch*hp*wp, k, wp, k, 1),
-		Col: offsets(0, batch, hp*wp, l.ho, wp, l.wo, 1)}
+		Col: offsets(0, batch, hp*wp, l.ho, s*wp, l.wo, s)}
 	l.z = make([]float32, l.o*batch*l.ho*l.wo)
 	l.fwd, l.bwd = l.reluForward, l.reluBackward
+	if st.sigmoid {
+		l.fwd, l.bwd = l.sigmoidForward, l.sigmoidBackward
+	}
 	if st.pool {
 		l.arg = make([]uint8, l.o*batch*out.h*out.w)
 		l.fwd, l.bwd = l.poolForward, l.poolBackward
@@ -75,8 +86,8 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 	if !train {
 		return l
 	}
-	l.col2im = in.grad != nil && useCol2im(in, l.o, l.ho, l.wo)
-	if in.grad != nil && !l.col2im {
+	l.col2im = in.grad != nil && s == 1 && useCol2im(in, l.o, l.ho, l.wo)
+	if in.grad != nil && !l.col2im && s == 1 {
 		l.q = k - 1 - in.pad
 	}
 	hq, wq := l.ho+2*l.q, l.wo+2*l.q
@@ -91,9 +102,17 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		l.bwdIn = l.col2imRange
 	case in.grad != nil:
 		// dIn[c, b, y, x] = sum W[o, c, dy, dx] dz[o, b, y+k-1-dy-q, x+k-1-dx-q],
-		// the bordered dz read at (y+k-1-dy, x+k-1-dx).
+		// the bordered dz read at (y+k-1-dy, x+k-1-dx). Strided, dz[o, b,
+		// i, j] sits at (k-1-pad+s*i, k-1-pad+s*j) of spreadZ, whose
+		// planes have the same size, H+k-1 x W+k-1, as stride 1's hq x wq.
+		src := l.dz
+		if s > 1 {
+			hq, wq = in.h+k-1, in.w+k-1
+			l.spreadZ = make([]float32, l.o*batch*hq*wq)
+			src = l.spreadZ
+		}
 		l.kernIn = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(0, l.o, c*k*k, k, k, k, 1)}
-		l.windows = gemm.Mat{Data: l.dz,
+		l.windows = gemm.Mat{Data: src,
 			Row: offsets((k-1)*(wq+1), l.o, batch*hq*wq, k, -wq, k, -1),
 			Col: offsets(0, batch, hq*wq, in.h, wq, in.w, 1)}
 	}
@@ -137,6 +156,9 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 		return
 	case l.in.grad == nil:
 		return
+	}
+	if l.spreadZ != nil {
+		split(threads, l.o, nb*l.ho*l.wo, l.spread)
 	}
 	kernIn, windows := l.kernIn, l.windows
 	kernIn.Data = w[l.st.w]
@@ -239,6 +261,88 @@ func (l *convOp) reluBackward(lo, hi int) {
 		l.gbias[o] = float32(sum)
 	}
 }
+
+// sigmoidForward writes sigmoid(z + bias) of channels [lo, hi) into the
+// output.
+func (l *convOp) sigmoidForward(lo, hi int) {
+	ho, wo, out := l.ho, l.wo, l.out
+	p, wn := out.pad, out.w+2*out.pad
+	plane := (out.h + 2*p) * wn
+	for o := lo; o < hi; o++ {
+		bias := l.bias[o]
+		for b := range l.nb {
+			z := l.z[(o*l.batch+b)*ho*wo:]
+			a := out.data[(o*l.batch+b)*plane+p*wn+p:]
+			for y := range ho {
+				zr, ar := z[y*wo:y*wo+wo], a[y*wn:y*wn+wo]
+				for x, v := range zr {
+					ar[x] = sigmoid(v + bias)
+				}
+			}
+		}
+	}
+}
+
+// sigmoidBackward writes dz of channels [lo, hi), the output gradient
+// times a(1-a) for the output a, and their bias gradients.
+func (l *convOp) sigmoidBackward(lo, hi int) {
+	ho, wo, out, gs := l.ho, l.wo, l.out, l.out.gs
+	p, wn := out.pad, out.w+2*out.pad
+	plane := (out.h + 2*p) * wn
+	wq := wo + 2*l.q
+	for o := lo; o < hi; o++ {
+		var sum float64
+		for b := range l.nb {
+			a := out.data[(o*l.batch+b)*plane+p*wn+p:]
+			dz := l.dz[(o*l.batch+b)*(ho+2*l.q)*wq+l.q*wq+l.q:]
+			g := out.grad[o*gs[0]+b*gs[1]:]
+			for y := range ho {
+				ar, dr, gr := a[y*wn:y*wn+wo], dz[y*wq:y*wq+wo], g[y*gs[2]:]
+				for x, v := range ar {
+					d := sigmoidGrad(v, gr[x*gs[3]])
+					dr[x] = d
+					sum += float64(d)
+				}
+			}
+		}
+		l.gbias[o] = float32(sum)
+	}
+}
+
+// spread copies dz of channels [lo, hi) into spreadZ, s apart, for a
+// strided convolution's input gradient.
+func (l *convOp) spread(lo, hi int) {
+	ho, wo, s := l.ho, l.wo, l.s
+	hq, wq := l.in.h+l.k-1, l.in.w+l.k-1
+	q := l.k - 1 - l.in.pad
+	for o := lo; o < hi; o++ {
+		for b := range l.nb {
+			dz := l.dz[(o*l.batch+b)*ho*wo:]
+			dst := l.spreadZ[(o*l.batch+b)*hq*wq+q*wq+q:]
+			for y := range ho {
+				row := dst[s*y*wq:]
+				for x, v := range dz[y*wo : y*wo+wo] {
+					row[s*x] = v
+				}
+			}
+		}
+	}
+}
+
+// sigmoid is 1/(1+exp(-v)) rounded from float64, computed as GoMLX's Go
+// backend computes it (e^v/(1+e^v) for negative v), so that both engines
+// agree on it bit for bit.
+func sigmoid(v float32) float32 {
+	if v >= 0 {
+		return float32(1 / (1 + math.Exp(-float64(v))))
+	}
+	e := math.Exp(float64(v))
+	return float32(e / (1 + e))
+}
+
+// sigmoidGrad is the gradient d of a sigmoid's output a carried to its
+// input, d(1-a)a in float32 in PyTorch's order.
+func sigmoidGrad(a, d float32) float32 { return d * (1 - a) * a }
 
 // reluPass is d where the ReLU output v is positive, else 0, without a
 // branch (ReLU's sign pattern is as unpredictable as pooling's winners): v

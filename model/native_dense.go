@@ -6,8 +6,9 @@ import (
 	"github.com/fedpq/fedpq/model/internal/gemm"
 )
 
-// denseOp is a dense layer: Z = W X + bias, then ReLU and the dropout mask
-// unless it is the last layer, written in place over the product.
+// denseOp is a dense layer: Z = W X + bias, then ReLU (or sigmoid) and the
+// dropout mask unless it is the last layer, written in place over the
+// product.
 //
 // Backward, one pass turns the output gradient into dZ in place (where
 // the output is positive, times the mask; an output is positive exactly
@@ -82,6 +83,10 @@ func (l *denseOp) forwardUnits(lo, hi int) {
 			for b := range z {
 				z[b] += bias
 			}
+		case l.st.sigmoid: // New allows no dropout after it
+			for b := range z {
+				z[b] = sigmoid(z[b] + bias)
+			}
 		case l.mask != nil:
 			for b := range z {
 				z[b] = max(z[b]+bias, 0) * l.mask[b*units+o]
@@ -100,7 +105,11 @@ func (l *denseOp) backwardUnits(lo, hi int) {
 	units := l.st.out
 	for o := lo; o < hi; o++ {
 		d := l.out.grad[o*l.batch : o*l.batch+l.nb]
-		if !l.st.last {
+		if l.st.sigmoid {
+			for b, a := range l.out.data[o*l.batch : o*l.batch+l.nb] {
+				d[b] = sigmoidGrad(a, d[b])
+			}
+		} else if !l.st.last {
 			y := l.out.data[o*l.batch:]
 			for b := range d {
 				if l.mask != nil {

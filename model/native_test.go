@@ -14,7 +14,7 @@ import (
 // gradient (TestCol2imChoice checks which each takes): odd sizes that
 // pooling floors (cnn2 26 -> 22 -> 11 -> 7 -> 3, corbin-cnn 13 -> 11 -> 5
 // -> 3 -> 1, ldpfl-cnn 17 -> 13 -> 6 -> 2 -> 1, vgg-small 10 -> 5 -> 2 ->
-// 1), several input channels, and vectors.
+// 1), strides that floor, several input channels, and vectors.
 var smallInputs = map[string][]int{
 	"linear":     {30},
 	"mlp":        {30},
@@ -23,6 +23,7 @@ var smallInputs = map[string][]int{
 	"corbin-cnn": {13, 13, 1},
 	"ldpfl-cnn":  {17, 17, 1},
 	"vgg-small":  {10, 10, 3},
+	"lenet":      {11, 10, 2}, // 11 -> 6 -> 3 -> 3 and 10 -> 5 -> 3 -> 3: strides over odd and even sizes
 }
 
 // TestCol2imChoice: the second convolution's input gradient takes the
@@ -315,7 +316,7 @@ func refLoss64(m *Model, w [][]float64, x []float32, y []int32, sel []int, masks
 						s += w[st.w][o*len(act)+j] * v
 					}
 					if !st.last {
-						s = math.Max(s, 0)
+						s = refAct(s, st)
 					}
 					out[o] = s
 				}
@@ -337,29 +338,38 @@ func refLoss64(m *Model, w [][]float64, x []float32, y []int32, sel []int, masks
 	return total / float64(len(sel))
 }
 
-// refConv is ReLU(conv(act) + bias) of a CHW activation.
+// refAct is ReLU(s), or the sigmoid of s for a sigmoid layer.
+func refAct(s float64, st step) float64 {
+	if st.sigmoid {
+		return 1 / (1 + math.Exp(-s))
+	}
+	return math.Max(s, 0)
+}
+
+// refConv is the activation of conv(act) + bias of a CHW activation, with
+// PyTorch's zero padding k/2 for same and its stride.
 func refConv(act []float64, c, h, w int, kern, bias []float64, st step) ([]float64, int, int) {
-	k, pad := st.k, 0
+	k, pad, s := st.k, 0, st.strides()
 	if st.same {
 		pad = k / 2
 	}
-	ho, wo := h+2*pad-k+1, w+2*pad-k+1
+	ho, wo := (h+2*pad-k)/s+1, (w+2*pad-k)/s+1
 	out := make([]float64, st.out*ho*wo)
 	for o := range st.out {
 		for y := range ho {
 			for x := range wo {
-				s := bias[o]
+				sum := bias[o]
 				for ci := range c {
 					for dy := range k {
 						for dx := range k {
-							iy, ix := y+dy-pad, x+dx-pad
+							iy, ix := s*y+dy-pad, s*x+dx-pad
 							if iy >= 0 && iy < h && ix >= 0 && ix < w {
-								s += kern[((o*c+ci)*k+dy)*k+dx] * act[(ci*h+iy)*w+ix]
+								sum += kern[((o*c+ci)*k+dy)*k+dx] * act[(ci*h+iy)*w+ix]
 							}
 						}
 					}
 				}
-				out[(o*ho+y)*wo+x] = math.Max(s, 0)
+				out[(o*ho+y)*wo+x] = refAct(sum, st)
 			}
 		}
 	}
@@ -387,9 +397,9 @@ func refPool(act []float64, c, h, w int) ([]float64, int, int) {
 // pooling of an odd size (10 -> 5 -> 2), corbin-cnn for valid
 // convolutions with odd pooling (13 -> 11 -> 5 -> 3 -> 1) and the col2im
 // input gradient, both for dropout, cnn2 for the bordered input gradient
-// of a valid convolution and odd pooling (26 -> 22 -> 11 -> 7 -> 3), and
-// the MLP. The minibatch (3)
-// is shorter than the workspace (4), as a last batch is. The top half of
+// of a valid convolution and odd pooling (26 -> 22 -> 11 -> 7 -> 3),
+// lenet for strided sigmoid convolutions (the spread input gradient), the
+// MLP, and a sigmoid hidden dense layer. The minibatch (3) is shorter than the workspace (4), as a last batch is. The top half of
 // each image is blank and the biases positive, as on MNIST's margins:
 // there the four inputs of a pooling window tie exactly and the gradient
 // must go to one of them (the difference quotient sees the tie move as
@@ -397,6 +407,7 @@ func refPool(act []float64, c, h, w int) ([]float64, int, int) {
 // gradient, allows for float32 rounding (the worst measured is 3e-7); a
 // misrouted or missing gradient is of the order of the gradient itself.
 func TestNativeGradients(t *testing.T) {
+	withArch(t, "sigmoid-mlp", []layer{{kind: dense, out: 8, sigmoid: true}, {kind: dense, out: 6}})
 	for _, c := range []struct {
 		arch  string
 		input []int
@@ -405,6 +416,8 @@ func TestNativeGradients(t *testing.T) {
 		{"corbin-cnn", []int{13, 13, 2}},
 		{"cnn2", []int{26, 26, 2}},
 		{"mlp", []int{7}},
+		{"lenet", []int{11, 10, 2}},
+		{"sigmoid-mlp", []int{7}},
 	} {
 		t.Run(c.arch, func(t *testing.T) {
 			m, err := New(c.arch, c.input, 4)

@@ -54,7 +54,7 @@ var runFlagHelp = [][2]string{
 	{"dropout", "probability that a sampled client drops out before uploading"},
 	{"rounds", "communication rounds"},
 	{"eval_every", "evaluate the global model on the test set every this many rounds"},
-	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn or vgg-small"},
+	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn, vgg-small or lenet"},
 	{"optimizer", "local optimizer: sgd or adam (state reset for every client)"},
 	{"lr", "local learning rate"},
 	{"momentum", "sgd momentum"},

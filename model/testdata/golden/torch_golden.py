@@ -1,6 +1,8 @@
 """Golden fixtures: PyTorch's local training of fedpq's models, read by model/golden_test.go.
 
-Run from the repository root with Debian's python3-torch (needs torch and numpy only):
+Run from the repository root with Debian's python3-torch and its OpenBLAS (needs torch and numpy
+only; apt-get install python3-torch libopenblas0-pthread: with the reference BLAS that Debian's
+libblas3 alone gives, the float32 products round differently and --check fails on train.json.gz):
 
     /usr/bin/python3 model/testdata/golden/torch_golden.py --data-dir ../shared/datasets
 
@@ -46,6 +48,8 @@ CASES = [
     ("corbin-cnn", "adam", 0.0002, 0.0, 4, 100, 6),
     ("ldpfl-cnn", "sgd", 0.01, 0.9, 4, 100, 7),
     ("ldpfl-cnn", "adam", 0.0001, 0.0, 4, 100, 8),
+    ("lenet", "sgd", 0.1, 0.9, 16, 150, 9),
+    ("lenet", "adam", 0.001, 0.0, 16, 150, 10),
 ]
 
 
@@ -75,6 +79,11 @@ def build(arch):
     if arch == "ldpfl-cnn":
         return nn.Sequential(nn.Conv2d(1, 32, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5), nn.ReLU(),
                              nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10))
+    if arch == "lenet":  # DLG's LeNet (mit-han-lab/dlg, models/vision.py): 28 -> 14 -> 7 -> 7
+        return nn.Sequential(nn.Conv2d(1, 12, 5, padding=2, stride=2), nn.Sigmoid(),
+                             nn.Conv2d(12, 12, 5, padding=2, stride=2), nn.Sigmoid(),
+                             nn.Conv2d(12, 12, 5, padding=2, stride=1), nn.Sigmoid(),
+                             nn.Flatten(), nn.Linear(588, 10))
     raise ValueError(arch)
 
 
@@ -93,7 +102,7 @@ def uniform24(keys):
 
 def init_weights(model, seed):
     """Tensor t's value j is float32(a * (2u - 1)), u = uniform24(seed ^ t<<32 ^ j), computed in
-    float64: kernels before a ReLU a = sqrt(6/fan_in) (He), the logit kernel a = sqrt(6/(fan_in +
+    float64: kernels before a ReLU (or lenet's sigmoid) a = sqrt(6/fan_in) (He), the logit kernel a = sqrt(6/(fan_in +
     fan_out)) (Glorot), biases a = 1/sqrt(fan_in) (PyTorch's default, nonzero)."""
     params = list(model.parameters())
     with torch.no_grad():
