@@ -53,6 +53,8 @@ func TestInverter(t *testing.T) {
 		{"mlp", []int{28, 28, 1}},
 		{"cnn2", []int{28, 28, 1}},
 		{"cnn2", []int{16, 16, 3}},
+		{"lenet", []int{28, 28, 1}},
+		{"lenet", []int{10, 9, 2}}, // odd sizes under stride 2
 	} {
 		t.Run(c.arch, func(t *testing.T) {
 			m, err := New(c.arch, c.input, 10)

@@ -40,7 +40,8 @@ both messages of a pair of a paired mechanism (corbin, augcorbin, coq), each
 client holding --batch images. Repeat --mechanism for several.
 
   fedpq attack --data-dir ../shared/datasets
-  fedpq attack --model lenet --mechanism none --mechanism laplace:eps=10 --png dlg.png
+  fedpq attack --mechanism none --mechanism laplace:eps=10 --png dlg.png
+  fedpq attack --model mlp --optimizer adam --iterations 1000 --mechanism none
   fedpq attack --method dlg --batch 4 --targets 4 --format json
 `
 
@@ -60,7 +61,7 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var (
 		dataset    = fs.String("dataset", "mnist", "mnist or fashion-mnist")
 		dataDir    = fs.String("data-dir", "", "directory of the dataset files (default $FEDPQ_DATA, else ./data)")
-		arch       = fs.String("model", "cnn2", "architecture: "+strings.Join(model.Names(), ", "))
+		arch       = fs.String("model", "lenet", "architecture: "+strings.Join(model.Names(), ", ")+" (lenet is the attack papers'; L-BFGS stalls on the ReLU models at initialization: try --optimizer adam)")
 		method     = fs.String("method", "idlg", "dlg (images and labels learnt together) or idlg (labels inferred first)")
 		batch      = fs.Int("batch", 1, "images per client upload (1 to 8; a pair's two clients hold 2x)")
 		targets    = fs.Int("targets", 8, "uploads attacked per mechanism (the standard errors are over them)")
