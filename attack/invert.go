@@ -53,7 +53,8 @@ type Reconstruction struct {
 	X      []float32 // the guessed examples, clamped to the data's [0, 1]
 	Labels []int32
 	// Distance is the final gradient distance over the view's squared
-	// norm: near 0, the guess explains the view.
+	// norm, plus the pixels' small penalty for leaving [0, 1]: near 0,
+	// the guess explains the view.
 	Distance    float64
 	Evaluations int // evaluations of the objective and its gradient
 }
@@ -190,8 +191,15 @@ func (o *objective) eval(x []float64) (float64, error) {
 	for i := range o.grad {
 		o.grad[i] /= o.norm
 	}
+	d /= o.norm
+	// The data's box: the squared distance of each pixel to [0, 1].
+	for i, v := range x[:o.images] {
+		e := v - min(max(v, 0), 1)
+		d += boxWeight * e * e
+		o.grad[i] += 2 * boxWeight * e
+	}
 	copy(o.last, x)
-	o.lastD = d / o.norm
+	o.lastD = d
 	o.done++
 	if o.progress != nil {
 		o.progress(o.done, o.most)
@@ -302,6 +310,14 @@ func adam(ctx context.Context, o *objective, x []float64, iterations int) ([]flo
 	}
 	return best, bestD, nil
 }
+
+// boxWeight weighs the squared distance of the pixels to the data's [0, 1]
+// (a prior every attacker has) against the relative gradient distance.
+// Measured on 8 MNIST targets with L-BFGS: without it, 3 of linear's 8
+// reconstructions end in an inverted image outside the box (SSIM 0.68);
+// at 1 it stiffens lenet's landscape and the match stalls (SSIM 0.56); at
+// 1e-4 both are perfect (SSIM 1.000).
+const boxWeight = 1e-4
 
 // evalsPerIteration bounds the evaluations of one L-BFGS iteration: its
 // line search rarely needs more than a few.
