@@ -36,15 +36,16 @@ type Observer int
 const (
 	// Message sees one message of the client: an eavesdropper on its
 	// uplink, against whom the registry's LDP claim holds (CorBin-FL's
-	// Eq. (3)). A Paired mechanism's client is audited as a leader with
-	// shared bits the observer does not know.
+	// Eq. (3)). A Paired mechanism's client is audited in a pair, leader
+	// or follower by a fair coin, with shared bits the observer does not
+	// know.
 	Message Observer = iota
 	// Pair is the server's view of a Paired mechanism: both messages of a
-	// pair, each decoded as the server decodes it. The audited client is
-	// the leader; its partner's input is held at the range's center, where
+	// pair, each decoded as the server decodes it, the audited client's
+	// first. Its partner's input is held at the range's center, where
 	// docs/privacy.md shows corbin's joint output reveals the sign of
-	// w - c. The shared bits stay hidden, as from an honest-but-curious
-	// server.
+	// w - c. The shared bits, and with them who leads (a coin from the
+	// pair's secret), stay hidden, as from an honest-but-curious server.
 	Pair
 )
 
@@ -343,16 +344,21 @@ func sample(m mech.Mechanism, rg mech.Range, w float64, o Observer, n int, secre
 			}
 			return s
 		}
-		role := mech.Alone
+		// A pair's leader is a fair coin from its shared secret, which
+		// the observer does not know (corr.Pair.Leader).
+		role, other := mech.Alone, mech.Alone
 		if m.Coupling() == mech.Paired {
-			role = mech.Leader
+			role, other = mech.Leader, mech.Follower
+			if id("role").Uint64()&1 == 1 {
+				role, other = other, role
+			}
 		}
 		var err error
 		if payload, views[0][i], err = view(m, rg, in, payload, slot("client", role), serverSlot(m, id, "client")); err != nil {
 			return nil, err
 		}
 		if o == Pair {
-			if payload, views[1][i], err = view(m, rg, partner, payload, slot("partner", mech.Follower), serverSlot(m, id, "partner")); err != nil {
+			if payload, views[1][i], err = view(m, rg, partner, payload, slot("partner", other), serverSlot(m, id, "partner")); err != nil {
 				return nil, err
 			}
 		}
