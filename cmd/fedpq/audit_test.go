@@ -12,7 +12,9 @@ import (
 
 // TestAuditJSON: fedpq audit's JSON parses, has a row per mechanism, eps
 // and applicable observer, and the corbin pair view is above the claim the
-// message keeps (modest samples, seed 1: about 0.78 and 3.4 at eps 1).
+// message keeps (modest samples, seed 1, eps 1: 0.78 for ldpq, 0.77 for a
+// corbin message, 3.15 for the pair); the same seed gives the same bounds
+// at any number of workers.
 func TestAuditJSON(t *testing.T) {
 	code, out, errOut := runCLI("audit", "--mechanism", "ldpq,corbin", "--epsilon", "1", "--samples", "1000", "--format", "json")
 	if code != 0 {
@@ -40,9 +42,8 @@ func TestAuditJSON(t *testing.T) {
 	if r := got["corbin pair"]; r.Lower <= 2 || r.Exceeds {
 		t.Errorf("corbin pair: %+v, want a bound above 2 and no EXCEEDS (no server claim)", r)
 	}
-	// The same seed gives the same bounds.
-	if _, again, _ := runCLI("audit", "--mechanism", "ldpq,corbin", "--epsilon", "1", "--samples", "1000", "--format", "json"); stripSeconds(t, again) != stripSeconds(t, out) {
-		t.Error("the same seed gave different bounds")
+	if _, again, _ := runCLI("audit", "--mechanism", "ldpq,corbin", "--epsilon", "1", "--samples", "1000", "--format", "json", "--workers", "1"); stripSeconds(t, again) != stripSeconds(t, out) {
+		t.Error("the same seed gave different bounds on one worker")
 	}
 }
 
