@@ -47,14 +47,7 @@ func runDME(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	)
 	fs.Float64Var(&c.Epsilon, "epsilon", def.Epsilon, "privacy budget per parameter per round")
 	fs.Float64Var(&c.Delta, "delta", def.Delta, "gaussian: delta")
-	fs.IntVar(&c.SharedBits, "shared-bits", def.SharedBits, "corbin, augcorbin, coq: shared random bits per parameter (d)")
-	fs.Float64Var(&c.Gamma, "gamma", def.Gamma, "augcorbin: fraction of clients that quantize alone")
-	fs.Float64Var(&c.Px, "px", def.Px, "coq: bias of the shared coins")
-	fs.IntVar(&c.InputBits, "input-bits", def.InputBits, "mvu: input resolution in bits")
-	fs.IntVar(&c.BudgetBits, "budget-bits", def.BudgetBits, "mvu: bits per parameter sent")
-	fs.IntVar(&c.Rate, "rate", def.Rate, "sdq, jopeq, laplace+sdq: bits per parameter")
-	fs.IntVar(&c.Lattice, "lattice", def.Lattice, "sdq, jopeq, laplace+sdq: 1 scalar, 2 hexagonal")
-	fs.StringVar(&c.CacheDir, "mvu-cache", def.CacheDir, "mvu: directory of solved matrices (default: the user cache)")
+	mechConfigFlags(fs, &c)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
