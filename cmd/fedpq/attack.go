@@ -12,6 +12,7 @@ import (
 
 	"github.com/fedpq/fedpq/attack"
 	"github.com/fedpq/fedpq/data"
+	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
 )
@@ -25,14 +26,14 @@ func init() {
 
 const attackDescription = `Runs a gradient-inversion attack (DLG, or iDLG which infers the labels
 first) against the server's view of one client's upload: the client takes one
-SGD step on a batch of --batch training images at the round-1 model, encodes
-its gradient (or update) with each mechanism, and the server decodes it as a
-round does. The attack guesses the images whose gradient matches that view
-(L-BFGS over GoMLX's second derivatives). Each mechanism is attacked on the
-same --targets uploads; the table gives SSIM and MSE of the reconstructions
-against the true images and the accuracy of the guessed labels, as means over
-targets with their standard errors, and --png draws the originals above each
-mechanism's reconstructions.
+SGD step on a batch of --batch training images at the round-1 model (or at a
+run's model, --checkpoint), encodes its gradient (or update) with each
+mechanism, and the server decodes it as a round does. The attack guesses the
+images whose gradient matches that view (L-BFGS or Adam over GoMLX's second
+derivatives). Each mechanism is attacked on the same --targets uploads; the
+table gives SSIM and MSE of the reconstructions against the true images and
+the accuracy of the guessed labels, as means over targets with their standard
+errors, and --png draws the originals above each mechanism's reconstructions.
 
 A mechanism is NAME, NAME:EPS or NAME:KEY=V,... (keys eps, delta, rate,
 lattice, budget-bits, input-bits, shared-bits); NAME+pair attacks the mean of
@@ -71,6 +72,7 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		message    = fs.String("message", "gradient", "what the client sends: gradient, or update (one SGD step of --lr)")
 		lr         = fs.Float64("lr", 0.1, "the client's learning rate (update messages)")
 		rangeRule  = fs.String("range", "oracle", "each tensor's clipping range: oracle (min and max of the true message) or fixed:C,R")
+		checkpoint = fs.String("checkpoint", "", "attack the global model of a run's checkpoint (RUN/checkpoint.gob, after its last round) instead of the initial one; --model and --dataset must be the run's")
 		give       = fs.Bool("give-labels", false, "tell the attacker the true labels (JoPEQ's evaluation gives them to iDLG)")
 		seed       = fs.Uint64("seed", 1, "seed of the model, the targets and every coin (same seed, same numbers)")
 		png        = fs.String("png", "", "write the originals and every mechanism's reconstructions to this PNG file")
@@ -123,7 +125,13 @@ func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return badValue{err}
 	}
-	study := attack.Study{Model: m, Weights: m.Init(*seed), Train: fd.Train, Settings: settings,
+	weights := m.Init(*seed)
+	if *checkpoint != "" {
+		if weights, err = checkpointWeights(*checkpoint, m); err != nil {
+			return err
+		}
+	}
+	study := attack.Study{Model: m, Weights: weights, Train: fd.Train, Settings: settings,
 		Method: meth, Upload: up, Batch: *batch, Targets: *targets, GiveLabels: *give, Seed: *seed}
 	progress, finish := attackProgress(stderr, *quiet, *iterations)
 	res, err := study.Run(ctx, progress)
@@ -215,4 +223,22 @@ func attackProgress(w io.Writer, quiet bool, iterations int) (func(attack.Progre
 				_ = bar.Finish()
 			}
 		}
+}
+
+// checkpointWeights reads the global model of a run's checkpoint and checks
+// that it is m's.
+func checkpointWeights(path string, m *model.Model) ([][]float32, error) {
+	st, err := fl.LoadState(path)
+	if err != nil {
+		return nil, err
+	}
+	specs := m.Tensors()
+	ok := len(st.Global) == len(specs)
+	for i := 0; ok && i < len(specs); i++ {
+		ok = len(st.Global[i]) == specs[i].Size()
+	}
+	if !ok {
+		return nil, badValue{fmt.Errorf("--checkpoint %s: its model is not %s on this dataset (%d tensors); give the run's --model and --dataset", path, m.Arch(), len(st.Global))}
+	}
+	return st.Global, nil
 }

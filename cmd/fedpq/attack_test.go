@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/model"
 )
 
 // TestAttackCommand runs a small attack end to end: the JSON has a row per
@@ -75,5 +78,32 @@ func TestAttackUsage(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q (want 2 and %q)", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// TestAttackCheckpoint: --checkpoint attacks a run's saved model, and a
+// checkpoint of another model is refused with status 2.
+func TestAttackCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	m, err := model.New("linear", []int{28, 28, 1}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "checkpoint.gob")
+	if err := fl.SaveState(path, fl.State{Round: 3, Global: m.Init(7)}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"attack", "--data-dir", "../../../shared/datasets", "--checkpoint", path, "--targets", "1",
+		"--iterations", "100", "--mechanism", "none", "--format", "json", "--quiet"}
+	code, out, errOut := runCLI(append(args, "--model", "linear")...)
+	if code != 0 {
+		t.Fatalf("linear: exit %d: %s", code, errOut)
+	}
+	var r struct{ Rows []struct{ SSIM float64 } }
+	if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Rows) != 1 || r.Rows[0].SSIM < 0.99 {
+		t.Errorf("linear checkpoint: %v, %s", err, out)
+	}
+	if code, _, errOut := runCLI(append(args, "--model", "mlp")...); code != 2 || !strings.Contains(errOut, "not mlp") {
+		t.Errorf("mlp on a linear checkpoint: exit %d, %s", code, errOut)
 	}
 }

@@ -33,7 +33,7 @@ var helpGroups = map[string][]helpGroup{
 	"server": append([]helpGroup{{"Server", []string{"listen", "token", "roster", "tls-cert", "tls-key", "min-clients",
 		"gather", "grace", "max-wait", "round-timeout", "key-share-timeout", "join-timeout"}}}, runGroups...),
 	"attack": {
-		{"Data and model", []string{"dataset", "data-dir", "model", "seed"}},
+		{"Data and model", []string{"dataset", "data-dir", "model", "checkpoint", "seed"}},
 		{"What the client sends", []string{"mechanism", "batch", "message", "lr", "range"}},
 		{"Attack", []string{"method", "optimizer", "iterations", "starts", "give-labels", "targets"}},
 		{"Output", []string{"png", "format", "quiet"}},
