@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 
+	"github.com/fedpq/fedpq/model/internal/act"
 	"github.com/fedpq/fedpq/model/internal/gemm"
 )
 
@@ -263,7 +264,7 @@ func (l *convOp) reluBackward(lo, hi int) {
 }
 
 // sigmoidForward writes sigmoid(z + bias) of channels [lo, hi) into the
-// output.
+// output, one vectorized act.SigmoidRows per plane.
 func (l *convOp) sigmoidForward(lo, hi int) {
 	ho, wo, out := l.ho, l.wo, l.out
 	p, wn := out.pad, out.w+2*out.pad
@@ -273,12 +274,7 @@ func (l *convOp) sigmoidForward(lo, hi int) {
 		for b := range l.nb {
 			z := l.z[(o*l.batch+b)*ho*wo:]
 			a := out.data[(o*l.batch+b)*plane+p*wn+p:]
-			for y := range ho {
-				zr, ar := z[y*wo:y*wo+wo], a[y*wn:y*wn+wo]
-				for x, v := range zr {
-					ar[x] = sigmoid(v + bias)
-				}
-			}
+			act.SigmoidRows(a, wn, z, wo, ho, wo, bias)
 		}
 	}
 }
@@ -327,17 +323,6 @@ func (l *convOp) spread(lo, hi int) {
 			}
 		}
 	}
-}
-
-// sigmoid is 1/(1+exp(-v)) rounded from float64, computed as GoMLX's Go
-// backend computes it (e^v/(1+e^v) for negative v), so that both engines
-// agree on it bit for bit.
-func sigmoid(v float32) float32 {
-	if v >= 0 {
-		return float32(1 / (1 + math.Exp(-float64(v))))
-	}
-	e := math.Exp(float64(v))
-	return float32(e / (1 + e))
 }
 
 // sigmoidGrad is the gradient d of a sigmoid's output a carried to its
