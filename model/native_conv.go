@@ -32,10 +32,14 @@ const noMax = 4
 // col2im route instead (see useCol2im).
 //
 // A stride s > 1 is only offsets in the forward and weight-gradient
-// products (the patches read every s-th window). For the input gradient,
-// one more pass spreads dz s apart into a zero buffer with the border
-// (spread), and the flipped-kernel convolution reads that, as at stride 1:
-// the zeros between stand for the windows the stride skips.
+// products (the patches read every s-th window). The input gradient splits
+// by the phase of the input position, (y+pad) mod s and (x+pad) mod s
+// (see stridePhase): each phase is a stride-1 convolution of the bordered
+// dz with the kernel taps of that phase, one product per phase, and one
+// pass (interleave) writes the phases' outputs into the input gradient. It
+// does the k*k/s^2 multiply-adds per input position that the gradient
+// needs, where convolving dz spread s apart with zeros between would do
+// k*k (4 times as many for lenet's stride 2).
 type convOp struct {
 	st      step
 	in, out *edge
@@ -53,8 +57,10 @@ type convOp struct {
 	dz      []float32 // [O, B, Ho+2q, Wo+2q]
 	dzv     gemm.Mat  // dz's interior as [O, B*Ho*Wo]
 	kernIn  gemm.Mat  // W' [C, O*k*k] (Data: the kernel, per call)
-	windows gemm.Mat  // [O*k*k, B*H*W] over dz (stride > 1: over spread), flipped
-	spreadZ []float32 // stride > 1: dz spread s apart, [O, B, H+k-1, W+k-1], zero between
+	windows gemm.Mat  // [O*k*k, B*H*W] over dz, flipped
+
+	phases   []stridePhase // stride > 1: the input gradient's phases
+	phaseOut []float32     // stride > 1: the phases' products, [C, B*ny*nx] each, H*W per channel and example in all
 
 	col2im   bool
 	kernCols gemm.Mat  // col2im: W^T [C*k*k, O] (Data: the kernel, per call)
@@ -88,7 +94,10 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		return l
 	}
 	l.col2im = in.grad != nil && s == 1 && useCol2im(in, l.o, l.ho, l.wo)
-	if in.grad != nil && !l.col2im && s == 1 {
+	switch {
+	case in.grad != nil && s > 1:
+		l.q = l.newPhases()
+	case in.grad != nil && !l.col2im:
 		l.q = k - 1 - in.pad
 	}
 	hq, wq := l.ho+2*l.q, l.wo+2*l.q
@@ -101,19 +110,25 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		l.kernCols = gemm.Dense(nil, l.o, c*k*k, c*k*k).T()
 		l.cols = make([]float32, c*k*k*batch*l.ho*l.wo)
 		l.bwdIn = l.col2imRange
+	case s > 1 && in.grad != nil:
+		l.phaseOut = make([]float32, c*batch*in.h*in.w)
+		at := 0
+		for i := range l.phases {
+			p := &l.phases[i]
+			n := batch * p.ny * p.nx
+			p.out = l.phaseOut[at : at+c*n]
+			at += c * n
+			p.kern = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(p.ry*k+p.rx, l.o, c*k*k, p.ka, s*k, p.ke, s)}
+			p.windows = gemm.Mat{Data: l.dz,
+				Row: offsets(l.q*wq+l.q, l.o, batch*hq*wq, p.ka, -wq, p.ke, -1),
+				Col: offsets(p.i0*wq+p.j0, batch, hq*wq, p.ny, wq, p.nx, 1)}
+		}
+		l.bwdIn = l.interleave
 	case in.grad != nil:
 		// dIn[c, b, y, x] = sum W[o, c, dy, dx] dz[o, b, y+k-1-dy-q, x+k-1-dx-q],
-		// the bordered dz read at (y+k-1-dy, x+k-1-dx). Strided, dz[o, b,
-		// i, j] sits at (k-1-pad+s*i, k-1-pad+s*j) of spreadZ, whose
-		// planes have the same size, H+k-1 x W+k-1, as stride 1's hq x wq.
-		src := l.dz
-		if s > 1 {
-			hq, wq = in.h+k-1, in.w+k-1
-			l.spreadZ = make([]float32, l.o*batch*hq*wq)
-			src = l.spreadZ
-		}
+		// the bordered dz read at (y+k-1-dy, x+k-1-dx).
 		l.kernIn = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(0, l.o, c*k*k, k, k, k, 1)}
-		l.windows = gemm.Mat{Data: src,
+		l.windows = gemm.Mat{Data: l.dz,
 			Row: offsets((k-1)*(wq+1), l.o, batch*hq*wq, k, -wq, k, -1),
 			Col: offsets(0, batch, hq*wq, in.h, wq, in.w, 1)}
 	}
@@ -157,9 +172,14 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 		return
 	case l.in.grad == nil:
 		return
-	}
-	if l.spreadZ != nil {
-		split(threads, l.o, nb*l.ho*l.wo, l.spread)
+	case l.phases != nil:
+		for _, p := range l.phases {
+			p.kern.Data = w[l.st.w]
+			p.windows.Col = p.windows.Col[:nb*p.ny*p.nx]
+			gemmMul(threads, p.out, l.batch*p.ny*p.nx, p.kern, p.windows)
+		}
+		split(threads, l.c, nb*l.in.h*l.in.w, l.bwdIn)
+		return
 	}
 	kernIn, windows := l.kernIn, l.windows
 	kernIn.Data = w[l.st.w]
@@ -302,26 +322,6 @@ func (l *convOp) sigmoidBackward(lo, hi int) {
 			}
 		}
 		l.gbias[o] = float32(sum)
-	}
-}
-
-// spread copies dz of channels [lo, hi) into spreadZ, s apart, for a
-// strided convolution's input gradient.
-func (l *convOp) spread(lo, hi int) {
-	ho, wo, s := l.ho, l.wo, l.s
-	hq, wq := l.in.h+l.k-1, l.in.w+l.k-1
-	q := l.k - 1 - l.in.pad
-	for o := lo; o < hi; o++ {
-		for b := range l.nb {
-			dz := l.dz[(o*l.batch+b)*ho*wo:]
-			dst := l.spreadZ[(o*l.batch+b)*hq*wq+q*wq+q:]
-			for y := range ho {
-				row := dst[s*y*wq:]
-				for x, v := range dz[y*wo : y*wo+wo] {
-					row[s*x] = v
-				}
-			}
-		}
 	}
 }
 

@@ -398,7 +398,7 @@ func refPool(act []float64, c, h, w int) ([]float64, int, int) {
 // convolutions with odd pooling (13 -> 11 -> 5 -> 3 -> 1) and the col2im
 // input gradient, both for dropout, cnn2 for the bordered input gradient
 // of a valid convolution and odd pooling (26 -> 22 -> 11 -> 7 -> 3),
-// lenet for strided sigmoid convolutions (the spread input gradient), the
+// lenet for strided sigmoid convolutions (the input gradient by phases), the
 // MLP, and a sigmoid hidden dense layer. The minibatch (3) is shorter than the workspace (4), as a last batch is. The top half of
 // each image is blank and the biases positive, as on MNIST's margins:
 // there the four inputs of a pooling window tie exactly and the gradient
