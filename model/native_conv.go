@@ -40,6 +40,12 @@ const noMax = 4
 // does the k*k/s^2 multiply-adds per input position that the gradient
 // needs, where convolving dz spread s apart with zeros between would do
 // k*k (4 times as many for lenet's stride 2).
+//
+// With few output channels and patches that neither product can read in
+// place (strided, or output rows not a multiple of 8 long), the products
+// run batch-inner (see useBatchInner), on transposed copies of the input,
+// z and dz, and the input gradient always goes by phases (one, at stride
+// 1), whose outputs the interleaving pass transposes back.
 type convOp struct {
 	st      step
 	in, out *edge
@@ -59,8 +65,21 @@ type convOp struct {
 	kernIn  gemm.Mat  // W' [C, O*k*k] (Data: the kernel, per call)
 	windows gemm.Mat  // [O*k*k, B*H*W] over dz, flipped
 
-	phases   []stridePhase // stride > 1: the input gradient's phases
-	phaseOut []float32     // stride > 1: the phases' products, [C, B*ny*nx] each, H*W per channel and example in all
+	phases   []stridePhase // stride > 1 or bi: the input gradient's phases
+	phaseOut []float32     // the phases' products, [C, B*ny*nx] each (bi: [C, ny*nx*nb]), H*W per channel and example in all
+
+	// Batch-inner products (see useBatchInner): the input, z and dz with
+	// the example innermost, for the step's nb examples; the views over
+	// them are rebuilt when nb changes (tabNB: the nb they are for).
+	bi    bool
+	xt    []float32 // [C, Hp, Wp, nb], the input with its border
+	zt    []float32 // [O, Ho, Wo, nb]
+	dzt   []float32 // [O, Ho+2q, Wo+2q, nb]
+	gradT []float32 // stride > 1: the input gradient, [C, H, W, nb]
+	tabNB int
+	// The transposing passes (method values made once: each would
+	// allocate per call).
+	inputBI, zBI, dzBI func(lo, hi int)
 
 	col2im   bool
 	kernCols gemm.Mat  // col2im: W^T [C*k*k, O] (Data: the kernel, per call)
@@ -82,6 +101,12 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		Row: offsets(0, c, batch*hp*wp, k, wp, k, 1),
 		Col: offsets(0, batch, hp*wp, l.ho, s*wp, l.wo, s)}
 	l.z = make([]float32, l.o*batch*l.ho*l.wo)
+	if l.bi = useBatchInner(st, l.o, l.wo); l.bi {
+		l.xt = make([]float32, c*hp*wp*batch)
+		l.zt = make([]float32, l.o*l.ho*l.wo*batch)
+		l.patches = gemm.Mat{Data: l.xt, Row: make([]int, c*k*k), Col: make([]int, l.ho*l.wo*batch)}
+		l.inputBI, l.zBI, l.dzBI = l.inputBatchInner, l.zFromBatchInner, l.dzBatchInner
+	}
 	l.fwd, l.bwd = l.reluForward, l.reluBackward
 	if st.sigmoid {
 		l.fwd, l.bwd = l.sigmoidForward, l.sigmoidBackward
@@ -91,11 +116,12 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		l.fwd, l.bwd = l.poolForward, l.poolBackward
 	}
 	if !train {
+		l.batchTables(batch)
 		return l
 	}
-	l.col2im = in.grad != nil && s == 1 && useCol2im(in, l.o, l.ho, l.wo)
+	l.col2im = in.grad != nil && s == 1 && !l.bi && useCol2im(in, l.o, l.ho, l.wo)
 	switch {
-	case in.grad != nil && s > 1:
+	case in.grad != nil && (s > 1 || l.bi):
 		l.q = l.newPhases()
 	case in.grad != nil && !l.col2im:
 		l.q = k - 1 - in.pad
@@ -105,12 +131,16 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 	l.dzv = gemm.Mat{Data: l.dz,
 		Row: offsets(0, l.o, batch*hq*wq, 1, 0, 1, 0),
 		Col: offsets(l.q*wq+l.q, batch, hq*wq, l.ho, wq, l.wo, 1)}
+	if l.bi {
+		l.dzt = make([]float32, l.o*hq*wq*batch)
+		l.dzv = gemm.Mat{Data: l.dzt, Row: make([]int, l.o), Col: make([]int, l.ho*l.wo*batch)}
+	}
 	switch {
 	case l.col2im:
 		l.kernCols = gemm.Dense(nil, l.o, c*k*k, c*k*k).T()
 		l.cols = make([]float32, c*k*k*batch*l.ho*l.wo)
 		l.bwdIn = l.col2imRange
-	case s > 1 && in.grad != nil:
+	case l.phases != nil:
 		l.phaseOut = make([]float32, c*batch*in.h*in.w)
 		at := 0
 		for i := range l.phases {
@@ -119,11 +149,18 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 			p.out = l.phaseOut[at : at+c*n]
 			at += c * n
 			p.kern = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(p.ry*k+p.rx, l.o, c*k*k, p.ka, s*k, p.ke, s)}
+			if l.bi { // set by batchTables
+				p.windows = gemm.Mat{Data: l.dzt, Row: make([]int, l.o*p.ka*p.ke), Col: make([]int, p.ny*p.nx*batch)}
+				continue
+			}
 			p.windows = gemm.Mat{Data: l.dz,
 				Row: offsets(l.q*wq+l.q, l.o, batch*hq*wq, p.ka, -wq, p.ke, -1),
 				Col: offsets(p.i0*wq+p.j0, batch, hq*wq, p.ny, wq, p.nx, 1)}
 		}
 		l.bwdIn = l.interleave
+		if l.bi && s > 1 {
+			l.gradT = make([]float32, c*in.h*in.w*batch)
+		}
 	case in.grad != nil:
 		// dIn[c, b, y, x] = sum W[o, c, dy, dx] dz[o, b, y+k-1-dy-q, x+k-1-dx-q],
 		// the bordered dz read at (y+k-1-dy, x+k-1-dx).
@@ -132,10 +169,16 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 			Row: offsets((k-1)*(wq+1), l.o, batch*hq*wq, k, -wq, k, -1),
 			Col: offsets(0, batch, hq*wq, in.h, wq, in.w, 1)}
 	}
+	l.batchTables(batch)
 	return l
 }
 
 func (l *convOp) forward(w [][]float32, nb, threads int) {
+	l.nb, l.bias = nb, w[l.st.b]
+	if l.bi {
+		l.forwardBatchInner(w, nb, threads)
+		return
+	}
 	kern, patches := l.kern, l.patches
 	kern.Data = w[l.st.w]
 	patches.Col = patches.Col[:nb*l.ho*l.wo]
@@ -145,7 +188,6 @@ func (l *convOp) forward(w [][]float32, nb, threads int) {
 	} else {
 		gemmMul(threads, l.z, l.batch*l.ho*l.wo, kern, patches)
 	}
-	l.nb, l.bias = nb, w[l.st.b]
 	split(threads, l.o, nb*l.ho*l.wo, l.fwd)
 }
 
@@ -153,8 +195,12 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 	l.nb, l.gbias = nb, g[l.st.b]
 	split(threads, l.o, nb*l.ho*l.wo, l.bwd)
 	dz, patches := l.dzv, l.patches
-	dz.Col = dz.Col[:nb*l.ho*l.wo]
-	patches.Col = patches.Col[:nb*l.ho*l.wo]
+	if l.bi {
+		split(threads, l.o, nb*l.ho*l.wo, l.dzBI)
+	} else {
+		dz.Col = dz.Col[:nb*l.ho*l.wo]
+		patches.Col = patches.Col[:nb*l.ho*l.wo]
+	}
 	if l.o < 16 {
 		// With few output channels, packing patches^T would cost more
 		// than the product: dot products over output rows read it in
@@ -175,7 +221,9 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 	case l.phases != nil:
 		for _, p := range l.phases {
 			p.kern.Data = w[l.st.w]
-			p.windows.Col = p.windows.Col[:nb*p.ny*p.nx]
+			if !l.bi {
+				p.windows.Col = p.windows.Col[:nb*p.ny*p.nx]
+			}
 			gemmMul(threads, p.out, l.batch*p.ny*p.nx, p.kern, p.windows)
 		}
 		split(threads, l.c, nb*l.in.h*l.in.w, l.bwdIn)

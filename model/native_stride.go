@@ -55,21 +55,44 @@ func (l *convOp) newPhases() int {
 }
 
 // interleave writes the phases' outputs of channels [lo, hi) into the
-// input gradient.
+// input gradient. A phase's output holds example b's row yy, column xx at
+// column (b*ny+yy)*nx+xx. Batch-inner it is at (yy*nx+xx)*nb+b: the
+// phases' runs of nb go to their places in gradT, the input gradient
+// batch-inner ([C, H, W, nb]; at stride 1 the one phase is that already),
+// which is then transposed into the input gradient.
 func (l *convOp) interleave(lo, hi int) {
-	gs, s := l.in.gs, l.s
+	gs, s, nb := l.in.gs, l.s, l.nb
+	h, w := l.in.h, l.in.w
 	for c := lo; c < hi; c++ {
 		for _, p := range l.phases {
-			src := p.out[c*l.batch*p.ny*p.nx:]
-			for b := range l.nb {
-				dst := l.in.grad[c*gs[0]+b*gs[1]+p.y0*gs[2]+p.x0*gs[3]:]
+			n := l.batch * p.ny * p.nx
+			src := p.out[c*n : (c+1)*n]
+			if l.bi {
+				if s == 1 {
+					gemm.Transpose(l.in.grad[c*gs[0]:], gs[1], src, nb, h*w, nb)
+					continue
+				}
+				g := l.gradT[c*h*w*nb : (c+1)*h*w*nb]
 				for yy := range p.ny {
-					row := dst[s*yy*gs[2]:]
-					for xx, v := range src[(b*p.ny+yy)*p.nx:][:p.nx] {
+					for xx := range p.nx {
+						at := ((p.y0+s*yy)*w + p.x0 + s*xx) * nb
+						copy(g[at:at+nb], src[(yy*p.nx+xx)*nb:])
+					}
+				}
+				continue
+			}
+			dst := l.in.grad[c*gs[0]+p.y0*gs[2]+p.x0*gs[3]:]
+			for b := range nb {
+				for yy := range p.ny {
+					row, sr := dst[b*gs[1]+s*yy*gs[2]:], src[(b*p.ny+yy)*p.nx:][:p.nx]
+					for xx, v := range sr {
 						row[s*xx*gs[3]] = v
 					}
 				}
 			}
+		}
+		if l.gradT != nil {
+			gemm.Transpose(l.in.grad[c*gs[0]:], gs[1], l.gradT[c*h*w*nb:], nb, h*w, nb)
 		}
 	}
 }

@@ -51,6 +51,19 @@ func TestCol2imChoice(t *testing.T) {
 	}
 }
 
+// TestBatchInnerChoice: lenet's convolutions (strided, or 7 x 7 outputs,
+// with 12 channels) compute batch-inner, and no other zoo model's do.
+func TestBatchInnerChoice(t *testing.T) {
+	for _, arch := range Names() {
+		m, _ := New(arch, benchInput(arch), 10)
+		for i, op := range newNativeNet(m, 8, true).ops {
+			if c, ok := op.(*convOp); ok && c.bi != (arch == "lenet") {
+				t.Errorf("%s: op %d batch-inner %v", arch, i, c.bi)
+			}
+		}
+	}
+}
+
 // engineOptimizers are the optimizers the engines must agree on.
 var engineOptimizers = []Optimizer{
 	{Name: "sgd", LR: 0.05},
@@ -225,7 +238,7 @@ func TestGoMLXBehaviour(t *testing.T) {
 // bit-identical to Mul, and the other passes split whole channels, units
 // or elements.
 func TestNativeThreads(t *testing.T) {
-	for _, arch := range []string{"mlp-wide", "corbin-cnn", "vgg-small"} {
+	for _, arch := range []string{"mlp-wide", "corbin-cnn", "vgg-small", "lenet"} {
 		// Full-size inputs: smaller products run on one goroutine.
 		m, _ := New(arch, benchInput(arch), 5)
 		x, y := synthetic(m, 48, 2)
@@ -253,7 +266,7 @@ func TestNativeThreads(t *testing.T) {
 // TestNativeNoAllocPerStep: a Train call's allocations (its fresh result
 // slices) do not grow with its steps.
 func TestNativeNoAllocPerStep(t *testing.T) {
-	for _, arch := range []string{"mlp", "corbin-cnn", "vgg-small"} {
+	for _, arch := range []string{"mlp", "corbin-cnn", "vgg-small", "lenet"} {
 		m, _ := New(arch, smallInputs[arch], 5)
 		x, y := synthetic(m, 40, 2)
 		e, err := newNativeEngine(m, Optimizer{Name: "adam", LR: 0.01})
@@ -496,9 +509,9 @@ func TestNativeGradients(t *testing.T) {
 
 // TestNativeWorkspaceShared: a trainer that has seen larger minibatches
 // trains a smaller one in the prefix of its workspace to exactly the bits
-// of a fresh trainer.
+// of a fresh trainer (lenet: in views rebuilt for the smaller minibatch).
 func TestNativeWorkspaceShared(t *testing.T) {
-	for _, arch := range []string{"mlp", "corbin-cnn", "vgg-small"} {
+	for _, arch := range []string{"mlp", "corbin-cnn", "vgg-small", "lenet"} {
 		m, _ := New(arch, smallInputs[arch], 5)
 		x, y := synthetic(m, 40, 4)
 		opt := Optimizer{Name: "sgd", LR: 0.05, Momentum: 0.5}
