@@ -1,6 +1,9 @@
 package model
 
-import "github.com/fedpq/fedpq/model/internal/gemm"
+import (
+	"github.com/fedpq/fedpq/model/internal/act"
+	"github.com/fedpq/fedpq/model/internal/gemm"
+)
 
 // useBatchInner reports whether a convolution computes its products with
 // the example innermost ("batch-inner"): [C, Hp, Wp, nb] input, [O, Ho,
@@ -17,8 +20,9 @@ import "github.com/fedpq/fedpq/model/internal/gemm"
 //
 // It is used where that happens with few output channels (with 16 or
 // more, packing is a small part of a product) and without pooling: in the
-// zoo, lenet's three convolutions. The transposing passes cost about a
-// third of what it saves there.
+// zoo, lenet's three convolutions. Between two such convolutions, after a
+// sigmoid, nothing is transposed (see convOp.next): in lenet only the
+// first input, the last output and its gradient are.
 func useBatchInner(st step, o, wo int) bool {
 	return o < 16 && !st.pool && (st.strides() > 1 || wo%8 != 0)
 }
@@ -52,6 +56,7 @@ func (l *convOp) batchTables(nb int) {
 	if l.dzt == nil {
 		return
 	}
+	clear(l.dzt) // the chained pass writes only the interior
 	hq, wq := l.ho+2*l.q, l.wo+2*l.q
 	l.dzv.Row = fill(l.dzv.Row, 0, l.o, hq*wq*nb, 1, 0, 1, 0)
 	l.dzv.Col = fill(l.dzv.Col, (l.q*wq+l.q)*nb, l.ho, wq*nb, l.wo, nb, nb, 1)
@@ -68,12 +73,79 @@ func (l *convOp) batchTables(nb int) {
 func (l *convOp) forwardBatchInner(w [][]float32, nb, threads int) {
 	l.batchTables(nb)
 	hp, wp := l.in.h+2*l.in.pad, l.in.w+2*l.in.pad
-	split(threads, l.c, nb*hp*wp, l.inputBI)
+	if !l.fedBI {
+		split(threads, l.c, nb*hp*wp, l.inputBI)
+	}
 	kern := l.kern
 	kern.Data = w[l.st.w]
 	gemm.MulDirect(threads, l.zt, l.ho*l.wo*nb, kern, l.patches)
+	if l.next != nil {
+		if l.next.xtNB != nb { // the chained pass writes only the interior
+			clear(l.next.xt)
+			l.next.xtNB = nb
+		}
+		split(threads, l.o, nb*l.ho*l.wo, l.chainFwd)
+		return
+	}
 	split(threads, l.o, nb*l.ho*l.wo, l.zBI)
 	split(threads, l.o, nb*l.ho*l.wo, l.fwd)
+}
+
+// chainBatchInner links each batch-inner sigmoid convolution of ops to the
+// batch-inner convolution that reads its output, if any.
+func chainBatchInner(ops []nativeOp) {
+	for i := 0; i+1 < len(ops); i++ {
+		a, ok := ops[i].(*convOp)
+		b, okb := ops[i+1].(*convOp)
+		if ok && okb && a.bi && b.bi && a.st.sigmoid && a.out == b.in {
+			a.next, b.fedBI = b, true
+		}
+	}
+}
+
+// chainForward writes sigmoid(zt + bias) of channels [lo, hi) into the
+// interior of next.xt: rows of wo*nb floats on both sides.
+func (l *convOp) chainForward(lo, hi int) {
+	nb, p := l.nb, l.out.pad
+	hp, wp := l.out.h+2*p, l.out.w+2*p
+	for o := lo; o < hi; o++ {
+		act.SigmoidRows(l.next.xt[o*hp*wp*nb+(p*wp+p)*nb:], wp*nb, l.zt[o*l.ho*l.wo*nb:], l.wo*nb, l.ho, l.wo*nb, l.bias[o])
+	}
+}
+
+// chainBackward writes dzt's interior of channels [lo, hi), the output
+// gradient (next's input gradient, batch-inner) times a(1-a) for the
+// output a (in next.xt), and their bias gradients.
+func (l *convOp) chainBackward(lo, hi int) {
+	nb, p := l.nb, l.out.pad
+	hp, wp := l.out.h+2*p, l.out.w+2*p
+	hq, wq := l.ho+2*l.q, l.wo+2*l.q
+	w := l.wo * nb
+	for o := lo; o < hi; o++ {
+		var sum float64
+		g := l.next.gradIn(o)
+		for y := range l.ho {
+			a := l.next.xt[o*hp*wp*nb+((p+y)*wp+p)*nb:][:w]
+			gr := g[y*w:][:w]
+			d := l.dzt[o*hq*wq*nb+((l.q+y)*wq+l.q)*nb:][:w]
+			for i, v := range a {
+				dv := sigmoidGrad(v, gr[i])
+				d[i] = dv
+				sum += float64(dv)
+			}
+		}
+		l.gbias[o] = float32(sum)
+	}
+}
+
+// gradIn is channel c of the input gradient of a convolution fed
+// batch-inner, [H, W, nb]: the one phase's output at stride 1, else gradT.
+func (l *convOp) gradIn(c int) []float32 {
+	hw := l.in.h * l.in.w
+	if l.s == 1 {
+		return l.phases[0].out[c*l.batch*hw:][:hw*l.nb]
+	}
+	return l.gradT[c*hw*l.nb:][:hw*l.nb]
 }
 
 // inputBatchInner copies the input planes (with their zero borders) of

@@ -77,9 +77,16 @@ type convOp struct {
 	dzt   []float32 // [O, Ho+2q, Wo+2q, nb]
 	gradT []float32 // stride > 1: the input gradient, [C, H, W, nb]
 	tabNB int
-	// The transposing passes (method values made once: each would
-	// allocate per call).
-	inputBI, zBI, dzBI func(lo, hi int)
+	// A batch-inner sigmoid convolution whose output feeds another
+	// (next) writes its activations straight into next.xt and reads its
+	// output gradient batch-inner from next (fedBI), with no transposing
+	// passes between them; xtNB is the nb that xt's border was cleared for.
+	next  *convOp
+	fedBI bool
+	xtNB  int
+	// The transposing and chained passes (method values made once: each
+	// would allocate per call).
+	inputBI, zBI, dzBI, chainFwd, chainBwd func(lo, hi int)
 
 	col2im   bool
 	kernCols gemm.Mat  // col2im: W^T [C*k*k, O] (Data: the kernel, per call)
@@ -106,6 +113,7 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		l.zt = make([]float32, l.o*l.ho*l.wo*batch)
 		l.patches = gemm.Mat{Data: l.xt, Row: make([]int, c*k*k), Col: make([]int, l.ho*l.wo*batch)}
 		l.inputBI, l.zBI, l.dzBI = l.inputBatchInner, l.zFromBatchInner, l.dzBatchInner
+		l.chainFwd, l.chainBwd = l.chainForward, l.chainBackward
 	}
 	l.fwd, l.bwd = l.reluForward, l.reluBackward
 	if st.sigmoid {
@@ -193,11 +201,15 @@ func (l *convOp) forward(w [][]float32, nb, threads int) {
 
 func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 	l.nb, l.gbias = nb, g[l.st.b]
-	split(threads, l.o, nb*l.ho*l.wo, l.bwd)
 	dz, patches := l.dzv, l.patches
-	if l.bi {
+	switch {
+	case l.next != nil:
+		split(threads, l.o, nb*l.ho*l.wo, l.chainBwd)
+	case l.bi:
+		split(threads, l.o, nb*l.ho*l.wo, l.bwd)
 		split(threads, l.o, nb*l.ho*l.wo, l.dzBI)
-	} else {
+	default:
+		split(threads, l.o, nb*l.ho*l.wo, l.bwd)
 		dz.Col = dz.Col[:nb*l.ho*l.wo]
 		patches.Col = patches.Col[:nb*l.ho*l.wo]
 	}

@@ -69,6 +69,9 @@ func (l *convOp) interleave(lo, hi int) {
 			src := p.out[c*n : (c+1)*n]
 			if l.bi {
 				if s == 1 {
+					if l.fedBI { // the previous convolution reads it as it is
+						continue
+					}
 					gemm.Transpose(l.in.grad[c*gs[0]:], gs[1], src, nb, h*w, nb)
 					continue
 				}
@@ -91,7 +94,7 @@ func (l *convOp) interleave(lo, hi int) {
 				}
 			}
 		}
-		if l.gradT != nil {
+		if l.gradT != nil && !l.fedBI {
 			gemm.Transpose(l.in.grad[c*gs[0]:], gs[1], l.gradT[c*h*w*nb:], nb, h*w, nb)
 		}
 	}

@@ -52,13 +52,19 @@ func TestCol2imChoice(t *testing.T) {
 }
 
 // TestBatchInnerChoice: lenet's convolutions (strided, or 7 x 7 outputs,
-// with 12 channels) compute batch-inner, and no other zoo model's do.
+// with 12 channels) compute batch-inner, the first two chained to the
+// next, and no other zoo model's do.
 func TestBatchInnerChoice(t *testing.T) {
 	for _, arch := range Names() {
 		m, _ := New(arch, benchInput(arch), 10)
 		for i, op := range newNativeNet(m, 8, true).ops {
-			if c, ok := op.(*convOp); ok && c.bi != (arch == "lenet") {
-				t.Errorf("%s: op %d batch-inner %v", arch, i, c.bi)
+			c, ok := op.(*convOp)
+			if !ok {
+				continue
+			}
+			lenet := arch == "lenet"
+			if c.bi != lenet || (c.next != nil) != (lenet && i < 2) || c.fedBI != (lenet && i > 0) {
+				t.Errorf("%s: op %d batch-inner %v, chained to the next %v, fed %v", arch, i, c.bi, c.next != nil, c.fedBI)
 			}
 		}
 	}
