@@ -159,6 +159,7 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 			p.kern = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(p.ry*k+p.rx, l.o, c*k*k, p.ka, s*k, p.ke, s)}
 			if l.bi { // set by batchTables
 				p.windows = gemm.Mat{Data: l.dzt, Row: make([]int, l.o*p.ka*p.ke), Col: make([]int, p.ny*p.nx*batch)}
+				p.dense = gemm.Dense(make([]float32, c*l.o*p.ka*p.ke), c, l.o*p.ka*p.ke, l.o*p.ka*p.ke)
 				continue
 			}
 			p.windows = gemm.Mat{Data: l.dz,
@@ -233,9 +234,19 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 	case l.phases != nil:
 		for _, p := range l.phases {
 			p.kern.Data = w[l.st.w]
-			if !l.bi {
-				p.windows.Col = p.windows.Col[:nb*p.ny*p.nx]
+			if l.bi {
+				// The phase's taps copied dense, so that MulDirect reads
+				// the windows (runs of nb) in place.
+				for c, r := range p.kern.Row {
+					d := p.dense.Data[c*len(p.kern.Col):]
+					for j, o := range p.kern.Col {
+						d[j] = p.kern.Data[r+o]
+					}
+				}
+				gemm.MulDirect(threads, p.out, l.batch*p.ny*p.nx, p.dense, p.windows)
+				continue
 			}
+			p.windows.Col = p.windows.Col[:nb*p.ny*p.nx]
 			gemmMul(threads, p.out, l.batch*p.ny*p.nx, p.kern, p.windows)
 		}
 		split(threads, l.c, nb*l.in.h*l.in.w, l.bwdIn)

@@ -17,6 +17,7 @@ type stridePhase struct {
 	ry, rx, y0, x0, ny, nx, i0, j0, ka, ke int
 
 	kern    gemm.Mat  // W's taps of the phase (Data: the kernel, per call)
+	dense   gemm.Mat  // batch-inner: kern copied dense, [C, O*ka*ke]
 	windows gemm.Mat  // over dz
 	out     []float32 // [C, B*ny*nx], a part of phaseOut
 }
