@@ -122,7 +122,9 @@ func (l *convOp) chainBackward(lo, hi int) {
 	hq, wq := l.ho+2*l.q, l.wo+2*l.q
 	w := l.wo * nb
 	for o := lo; o < hi; o++ {
-		var sum float64
+		// Four partial sums: one chain of float64 adds would take their
+		// latency per element.
+		var sum [4]float64
 		g := l.next.gradIn(o)
 		for y := range l.ho {
 			a := l.next.xt[o*hp*wp*nb+((p+y)*wp+p)*nb:][:w]
@@ -131,10 +133,10 @@ func (l *convOp) chainBackward(lo, hi int) {
 			for i, v := range a {
 				dv := sigmoidGrad(v, gr[i])
 				d[i] = dv
-				sum += float64(dv)
+				sum[i%4] += float64(dv)
 			}
 		}
-		l.gbias[o] = float32(sum)
+		l.gbias[o] = float32((sum[0] + sum[1]) + (sum[2] + sum[3]))
 	}
 }
 
