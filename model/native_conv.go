@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 
+	"github.com/fedpq/fedpq/model/internal/act"
 	"github.com/fedpq/fedpq/model/internal/gemm"
 )
 
@@ -31,10 +32,20 @@ const noMax = 4
 // col2im route instead (see useCol2im).
 //
 // A stride s > 1 is only offsets in the forward and weight-gradient
-// products (the patches read every s-th window). For the input gradient,
-// one more pass spreads dz s apart into a zero buffer with the border
-// (spread), and the flipped-kernel convolution reads that, as at stride 1:
-// the zeros between stand for the windows the stride skips.
+// products (the patches read every s-th window). The input gradient splits
+// by the phase of the input position, (y+pad) mod s and (x+pad) mod s
+// (see stridePhase): each phase is a stride-1 convolution of the bordered
+// dz with the kernel taps of that phase, one product per phase, and one
+// pass (interleave) writes the phases' outputs into the input gradient. It
+// does the k*k/s^2 multiply-adds per input position that the gradient
+// needs, where convolving dz spread s apart with zeros between would do
+// k*k (4 times as many for lenet's stride 2).
+//
+// With few output channels and patches that neither product can read in
+// place (strided, or output rows not a multiple of 8 long), the products
+// run batch-inner (see useBatchInner), on transposed copies of the input,
+// z and dz, and the input gradient always goes by phases (one, at stride
+// 1), whose outputs the interleaving pass transposes back.
 type convOp struct {
 	st      step
 	in, out *edge
@@ -52,8 +63,30 @@ type convOp struct {
 	dz      []float32 // [O, B, Ho+2q, Wo+2q]
 	dzv     gemm.Mat  // dz's interior as [O, B*Ho*Wo]
 	kernIn  gemm.Mat  // W' [C, O*k*k] (Data: the kernel, per call)
-	windows gemm.Mat  // [O*k*k, B*H*W] over dz (stride > 1: over spread), flipped
-	spreadZ []float32 // stride > 1: dz spread s apart, [O, B, H+k-1, W+k-1], zero between
+	windows gemm.Mat  // [O*k*k, B*H*W] over dz, flipped
+
+	phases   []stridePhase // stride > 1 or bi: the input gradient's phases
+	phaseOut []float32     // the phases' products, [C, B*ny*nx] each (bi: [C, ny*nx*nb]), H*W per channel and example in all
+
+	// Batch-inner products (see useBatchInner): the input, z and dz with
+	// the example innermost, for the step's nb examples; the views over
+	// them are rebuilt when nb changes (tabNB: the nb they are for).
+	bi    bool
+	xt    []float32 // [C, Hp, Wp, nb], the input with its border
+	zt    []float32 // [O, Ho, Wo, nb]
+	dzt   []float32 // [O, Ho+2q, Wo+2q, nb]
+	gradT []float32 // stride > 1: the input gradient, [C, H, W, nb]
+	tabNB int
+	// A batch-inner sigmoid convolution whose output feeds another
+	// (next) writes its activations straight into next.xt and reads its
+	// output gradient batch-inner from next (fedBI), with no transposing
+	// passes between them; xtNB is the nb that xt's border was cleared for.
+	next  *convOp
+	fedBI bool
+	xtNB  int
+	// The transposing and chained passes (method values made once: each
+	// would allocate per call).
+	inputBI, zBI, dzBI, chainFwd, chainBwd func(lo, hi int)
 
 	col2im   bool
 	kernCols gemm.Mat  // col2im: W^T [C*k*k, O] (Data: the kernel, per call)
@@ -75,6 +108,13 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		Row: offsets(0, c, batch*hp*wp, k, wp, k, 1),
 		Col: offsets(0, batch, hp*wp, l.ho, s*wp, l.wo, s)}
 	l.z = make([]float32, l.o*batch*l.ho*l.wo)
+	if l.bi = useBatchInner(st, l.o, l.wo); l.bi {
+		l.xt = make([]float32, c*hp*wp*batch)
+		l.zt = make([]float32, l.o*l.ho*l.wo*batch)
+		l.patches = gemm.Mat{Data: l.xt, Row: make([]int, c*k*k), Col: make([]int, l.ho*l.wo*batch)}
+		l.inputBI, l.zBI, l.dzBI = l.inputBatchInner, l.zFromBatchInner, l.dzBatchInner
+		l.chainFwd, l.chainBwd = l.chainForward, l.chainBackward
+	}
 	l.fwd, l.bwd = l.reluForward, l.reluBackward
 	if st.sigmoid {
 		l.fwd, l.bwd = l.sigmoidForward, l.sigmoidBackward
@@ -84,10 +124,14 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		l.fwd, l.bwd = l.poolForward, l.poolBackward
 	}
 	if !train {
+		l.batchTables(batch)
 		return l
 	}
-	l.col2im = in.grad != nil && s == 1 && useCol2im(in, l.o, l.ho, l.wo)
-	if in.grad != nil && !l.col2im && s == 1 {
+	l.col2im = in.grad != nil && s == 1 && !l.bi && useCol2im(in, l.o, l.ho, l.wo)
+	switch {
+	case in.grad != nil && (s > 1 || l.bi):
+		l.q = l.newPhases()
+	case in.grad != nil && !l.col2im:
 		l.q = k - 1 - in.pad
 	}
 	hq, wq := l.ho+2*l.q, l.wo+2*l.q
@@ -95,31 +139,55 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 	l.dzv = gemm.Mat{Data: l.dz,
 		Row: offsets(0, l.o, batch*hq*wq, 1, 0, 1, 0),
 		Col: offsets(l.q*wq+l.q, batch, hq*wq, l.ho, wq, l.wo, 1)}
+	if l.bi {
+		l.dzt = make([]float32, l.o*hq*wq*batch)
+		l.dzv = gemm.Mat{Data: l.dzt, Row: make([]int, l.o), Col: make([]int, l.ho*l.wo*batch)}
+	}
 	switch {
 	case l.col2im:
 		l.kernCols = gemm.Dense(nil, l.o, c*k*k, c*k*k).T()
 		l.cols = make([]float32, c*k*k*batch*l.ho*l.wo)
 		l.bwdIn = l.col2imRange
+	case l.phases != nil:
+		l.phaseOut = make([]float32, c*batch*in.h*in.w)
+		at := 0
+		for i := range l.phases {
+			p := &l.phases[i]
+			n := batch * p.ny * p.nx
+			p.out = l.phaseOut[at : at+c*n]
+			at += c * n
+			p.kern = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(p.ry*k+p.rx, l.o, c*k*k, p.ka, s*k, p.ke, s)}
+			if l.bi { // set by batchTables
+				p.windows = gemm.Mat{Data: l.dzt, Row: make([]int, l.o*p.ka*p.ke), Col: make([]int, p.ny*p.nx*batch)}
+				p.dense = gemm.Dense(make([]float32, c*l.o*p.ka*p.ke), c, l.o*p.ka*p.ke, l.o*p.ka*p.ke)
+				continue
+			}
+			p.windows = gemm.Mat{Data: l.dz,
+				Row: offsets(l.q*wq+l.q, l.o, batch*hq*wq, p.ka, -wq, p.ke, -1),
+				Col: offsets(p.i0*wq+p.j0, batch, hq*wq, p.ny, wq, p.nx, 1)}
+		}
+		l.bwdIn = l.interleave
+		if l.bi && s > 1 {
+			l.gradT = make([]float32, c*in.h*in.w*batch)
+		}
 	case in.grad != nil:
 		// dIn[c, b, y, x] = sum W[o, c, dy, dx] dz[o, b, y+k-1-dy-q, x+k-1-dx-q],
-		// the bordered dz read at (y+k-1-dy, x+k-1-dx). Strided, dz[o, b,
-		// i, j] sits at (k-1-pad+s*i, k-1-pad+s*j) of spreadZ, whose
-		// planes have the same size, H+k-1 x W+k-1, as stride 1's hq x wq.
-		src := l.dz
-		if s > 1 {
-			hq, wq = in.h+k-1, in.w+k-1
-			l.spreadZ = make([]float32, l.o*batch*hq*wq)
-			src = l.spreadZ
-		}
+		// the bordered dz read at (y+k-1-dy, x+k-1-dx).
 		l.kernIn = gemm.Mat{Row: offsets(0, c, k*k, 1, 0, 1, 0), Col: offsets(0, l.o, c*k*k, k, k, k, 1)}
-		l.windows = gemm.Mat{Data: src,
+		l.windows = gemm.Mat{Data: l.dz,
 			Row: offsets((k-1)*(wq+1), l.o, batch*hq*wq, k, -wq, k, -1),
 			Col: offsets(0, batch, hq*wq, in.h, wq, in.w, 1)}
 	}
+	l.batchTables(batch)
 	return l
 }
 
 func (l *convOp) forward(w [][]float32, nb, threads int) {
+	l.nb, l.bias = nb, w[l.st.b]
+	if l.bi {
+		l.forwardBatchInner(w, nb, threads)
+		return
+	}
 	kern, patches := l.kern, l.patches
 	kern.Data = w[l.st.w]
 	patches.Col = patches.Col[:nb*l.ho*l.wo]
@@ -129,16 +197,23 @@ func (l *convOp) forward(w [][]float32, nb, threads int) {
 	} else {
 		gemmMul(threads, l.z, l.batch*l.ho*l.wo, kern, patches)
 	}
-	l.nb, l.bias = nb, w[l.st.b]
 	split(threads, l.o, nb*l.ho*l.wo, l.fwd)
 }
 
 func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 	l.nb, l.gbias = nb, g[l.st.b]
-	split(threads, l.o, nb*l.ho*l.wo, l.bwd)
 	dz, patches := l.dzv, l.patches
-	dz.Col = dz.Col[:nb*l.ho*l.wo]
-	patches.Col = patches.Col[:nb*l.ho*l.wo]
+	switch {
+	case l.next != nil:
+		split(threads, l.o, nb*l.ho*l.wo, l.chainBwd)
+	case l.bi:
+		split(threads, l.o, nb*l.ho*l.wo, l.bwd)
+		split(threads, l.o, nb*l.ho*l.wo, l.dzBI)
+	default:
+		split(threads, l.o, nb*l.ho*l.wo, l.bwd)
+		dz.Col = dz.Col[:nb*l.ho*l.wo]
+		patches.Col = patches.Col[:nb*l.ho*l.wo]
+	}
 	if l.o < 16 {
 		// With few output channels, packing patches^T would cost more
 		// than the product: dot products over output rows read it in
@@ -156,9 +231,26 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 		return
 	case l.in.grad == nil:
 		return
-	}
-	if l.spreadZ != nil {
-		split(threads, l.o, nb*l.ho*l.wo, l.spread)
+	case l.phases != nil:
+		for _, p := range l.phases {
+			p.kern.Data = w[l.st.w]
+			if l.bi {
+				// The phase's taps copied dense, so that MulDirect reads
+				// the windows (runs of nb) in place.
+				for c, r := range p.kern.Row {
+					d := p.dense.Data[c*len(p.kern.Col):]
+					for j, o := range p.kern.Col {
+						d[j] = p.kern.Data[r+o]
+					}
+				}
+				gemm.MulDirect(threads, p.out, l.batch*p.ny*p.nx, p.dense, p.windows)
+				continue
+			}
+			p.windows.Col = p.windows.Col[:nb*p.ny*p.nx]
+			gemmMul(threads, p.out, l.batch*p.ny*p.nx, p.kern, p.windows)
+		}
+		split(threads, l.c, nb*l.in.h*l.in.w, l.bwdIn)
+		return
 	}
 	kernIn, windows := l.kernIn, l.windows
 	kernIn.Data = w[l.st.w]
@@ -263,7 +355,7 @@ func (l *convOp) reluBackward(lo, hi int) {
 }
 
 // sigmoidForward writes sigmoid(z + bias) of channels [lo, hi) into the
-// output.
+// output, one vectorized act.SigmoidRows per plane.
 func (l *convOp) sigmoidForward(lo, hi int) {
 	ho, wo, out := l.ho, l.wo, l.out
 	p, wn := out.pad, out.w+2*out.pad
@@ -273,12 +365,7 @@ func (l *convOp) sigmoidForward(lo, hi int) {
 		for b := range l.nb {
 			z := l.z[(o*l.batch+b)*ho*wo:]
 			a := out.data[(o*l.batch+b)*plane+p*wn+p:]
-			for y := range ho {
-				zr, ar := z[y*wo:y*wo+wo], a[y*wn:y*wn+wo]
-				for x, v := range zr {
-					ar[x] = sigmoid(v + bias)
-				}
-			}
+			act.SigmoidRows(a, wn, z, wo, ho, wo, bias)
 		}
 	}
 }
@@ -307,37 +394,6 @@ func (l *convOp) sigmoidBackward(lo, hi int) {
 		}
 		l.gbias[o] = float32(sum)
 	}
-}
-
-// spread copies dz of channels [lo, hi) into spreadZ, s apart, for a
-// strided convolution's input gradient.
-func (l *convOp) spread(lo, hi int) {
-	ho, wo, s := l.ho, l.wo, l.s
-	hq, wq := l.in.h+l.k-1, l.in.w+l.k-1
-	q := l.k - 1 - l.in.pad
-	for o := lo; o < hi; o++ {
-		for b := range l.nb {
-			dz := l.dz[(o*l.batch+b)*ho*wo:]
-			dst := l.spreadZ[(o*l.batch+b)*hq*wq+q*wq+q:]
-			for y := range ho {
-				row := dst[s*y*wq:]
-				for x, v := range dz[y*wo : y*wo+wo] {
-					row[s*x] = v
-				}
-			}
-		}
-	}
-}
-
-// sigmoid is 1/(1+exp(-v)) rounded from float64, computed as GoMLX's Go
-// backend computes it (e^v/(1+e^v) for negative v), so that both engines
-// agree on it bit for bit.
-func sigmoid(v float32) float32 {
-	if v >= 0 {
-		return float32(1 / (1 + math.Exp(-float64(v))))
-	}
-	e := math.Exp(float64(v))
-	return float32(e / (1 + e))
 }
 
 // sigmoidGrad is the gradient d of a sigmoid's output a carried to its

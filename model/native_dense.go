@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 
+	"github.com/fedpq/fedpq/model/internal/act"
 	"github.com/fedpq/fedpq/model/internal/gemm"
 )
 
@@ -85,7 +86,7 @@ func (l *denseOp) forwardUnits(lo, hi int) {
 			}
 		case l.st.sigmoid: // New allows no dropout after it
 			for b := range z {
-				z[b] = sigmoid(z[b] + bias)
+				z[b] = act.Sigmoid(z[b] + bias)
 			}
 		case l.mask != nil:
 			for b := range z {

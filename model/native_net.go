@@ -95,6 +95,7 @@ func newNativeNet(m *Model, batch int, train bool) *nativeNet {
 			}
 		}
 	}
+	chainBatchInner(n.ops)
 	return n
 }
 

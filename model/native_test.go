@@ -51,6 +51,25 @@ func TestCol2imChoice(t *testing.T) {
 	}
 }
 
+// TestBatchInnerChoice: lenet's convolutions (strided, or 7 x 7 outputs,
+// with 12 channels) compute batch-inner, the first two chained to the
+// next, and no other zoo model's do.
+func TestBatchInnerChoice(t *testing.T) {
+	for _, arch := range Names() {
+		m, _ := New(arch, benchInput(arch), 10)
+		for i, op := range newNativeNet(m, 8, true).ops {
+			c, ok := op.(*convOp)
+			if !ok {
+				continue
+			}
+			lenet := arch == "lenet"
+			if c.bi != lenet || (c.next != nil) != (lenet && i < 2) || c.fedBI != (lenet && i > 0) {
+				t.Errorf("%s: op %d batch-inner %v, chained to the next %v, fed %v", arch, i, c.bi, c.next != nil, c.fedBI)
+			}
+		}
+	}
+}
+
 // engineOptimizers are the optimizers the engines must agree on.
 var engineOptimizers = []Optimizer{
 	{Name: "sgd", LR: 0.05},
@@ -225,7 +244,7 @@ func TestGoMLXBehaviour(t *testing.T) {
 // bit-identical to Mul, and the other passes split whole channels, units
 // or elements.
 func TestNativeThreads(t *testing.T) {
-	for _, arch := range []string{"mlp-wide", "corbin-cnn", "vgg-small"} {
+	for _, arch := range []string{"mlp-wide", "corbin-cnn", "vgg-small", "lenet"} {
 		// Full-size inputs: smaller products run on one goroutine.
 		m, _ := New(arch, benchInput(arch), 5)
 		x, y := synthetic(m, 48, 2)
@@ -253,7 +272,7 @@ func TestNativeThreads(t *testing.T) {
 // TestNativeNoAllocPerStep: a Train call's allocations (its fresh result
 // slices) do not grow with its steps.
 func TestNativeNoAllocPerStep(t *testing.T) {
-	for _, arch := range []string{"mlp", "corbin-cnn", "vgg-small"} {
+	for _, arch := range []string{"mlp", "corbin-cnn", "vgg-small", "lenet"} {
 		m, _ := New(arch, smallInputs[arch], 5)
 		x, y := synthetic(m, 40, 2)
 		e, err := newNativeEngine(m, Optimizer{Name: "adam", LR: 0.01})
@@ -398,7 +417,7 @@ func refPool(act []float64, c, h, w int) ([]float64, int, int) {
 // convolutions with odd pooling (13 -> 11 -> 5 -> 3 -> 1) and the col2im
 // input gradient, both for dropout, cnn2 for the bordered input gradient
 // of a valid convolution and odd pooling (26 -> 22 -> 11 -> 7 -> 3),
-// lenet for strided sigmoid convolutions (the spread input gradient), the
+// lenet for strided sigmoid convolutions (the input gradient by phases), the
 // MLP, and a sigmoid hidden dense layer. The minibatch (3) is shorter than the workspace (4), as a last batch is. The top half of
 // each image is blank and the biases positive, as on MNIST's margins:
 // there the four inputs of a pooling window tie exactly and the gradient
@@ -496,9 +515,9 @@ func TestNativeGradients(t *testing.T) {
 
 // TestNativeWorkspaceShared: a trainer that has seen larger minibatches
 // trains a smaller one in the prefix of its workspace to exactly the bits
-// of a fresh trainer.
+// of a fresh trainer (lenet: in views rebuilt for the smaller minibatch).
 func TestNativeWorkspaceShared(t *testing.T) {
-	for _, arch := range []string{"mlp", "corbin-cnn", "vgg-small"} {
+	for _, arch := range []string{"mlp", "corbin-cnn", "vgg-small", "lenet"} {
 		m, _ := New(arch, smallInputs[arch], 5)
 		x, y := synthetic(m, 40, 4)
 		opt := Optimizer{Name: "sgd", LR: 0.05, Momentum: 0.5}

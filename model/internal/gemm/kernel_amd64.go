@@ -158,3 +158,14 @@ var haveConv = hasAVX512
 func convPairs(a []float32, sa int, in []float32, offs []int, bo *[8]int, c []float32, ldc int, co *[8]int) {
 	convPairsAVX512(&a[0], sa, &in[0], &offs[0], len(offs), &bo[0], &c[0], ldc, &co[0])
 }
+
+// transposeBlock is transposeAVX512, dst[p*w+i] = data[offs[i]+p] for
+// i < 16, p < kc, where the CPU runs it; elsewhere it reports false, doing
+// nothing. Offsets are checked by the caller.
+func transposeBlock(dst, data []float32, offs *[16]int, kc, w int) bool {
+	if !haveRunCopier {
+		return false
+	}
+	transposeAVX512(&dst[0], &data[0], &offs[0], kc, w)
+	return true
+}

@@ -39,3 +39,6 @@ var haveConv = false
 func convPairs(a []float32, sa int, in []float32, offs []int, bo *[8]int, c []float32, ldc int, co *[8]int) {
 	panic("gemm: no direct tile")
 }
+
+// transposeBlock is the AVX-512 transposer, absent here.
+func transposeBlock(dst, data []float32, offs *[16]int, kc, w int) bool { return false }
