@@ -31,7 +31,7 @@ func init() {
 		Reproduces: "Sec. IV-B, Figs. 4-6: iDLG reconstructions of one user's gradient, raw and through SDQ, Laplace and JoPEQ",
 		What:       "iDLG (true labels given, L-BFGS) on LeNet at initialization, one MNIST image per gradient: SSIM and MSE for no mechanism, SDQ at 16, 8 and 2 bits, Laplace at eps 10, JoPEQ (jopeq-compat and fedpq's eps-LDP jopeq) at 8 bits; full mode adds Fig. 5's sweep of eps and Fig. 4's attack on LeNet after 2, 4 and 8 rounds of federated training",
 		QuickTime:  "10 s",
-		FullTime:   "10 min",
+		FullTime:   "9 min",
 		run:        runJoPEQDLG,
 	})
 }
