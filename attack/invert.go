@@ -55,8 +55,7 @@ type Reconstruction struct {
 	// Distance is the final gradient distance over the view's squared
 	// norm, plus the pixels' small penalty for leaving [0, 1]: near 0,
 	// the guess explains the view.
-	Distance    float64
-	Evaluations int // evaluations of the objective and its gradient
+	Distance float64
 }
 
 // Reconstruct guesses the batch of n examples whose mean gradient at
@@ -146,7 +145,6 @@ func (a Method) Reconstruct(ctx context.Context, m *model.Model, w, view [][]flo
 			}
 		}
 	}
-	best.Evaluations = obj.done
 	if best.X == nil {
 		return Reconstruction{}, errors.New("attack: no start reached a finite distance")
 	}

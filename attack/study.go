@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"gonum.org/v1/gonum/stat"
+
 	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/mech"
@@ -234,15 +236,15 @@ func (s *Study) Run(ctx context.Context, progress func(Progress)) (*Result, erro
 				return nil, err
 			}
 			// Reorder the guesses as the true images, for the picture.
-			ordered := Reconstruction{Distance: rec.Distance, Evaluations: rec.Evaluations}
+			ordered := Reconstruction{Distance: rec.Distance}
 			f := s.Train.Features()
 			for _, j := range sc.Match {
 				ordered.X = append(ordered.X, rec.X[j*f:(j+1)*f]...)
 				ordered.Labels = append(ordered.Labels, rec.Labels[j])
 			}
 			recs = append(recs, ordered)
-			ssim = append(ssim, meanOf(sc.SSIM))
-			mse = append(mse, meanOf(sc.MSE))
+			ssim = append(ssim, stat.Mean(sc.SSIM, nil))
+			mse = append(mse, stat.Mean(sc.MSE, nil))
 			acc = append(acc, float64(sc.Correct)/float64(len(all.Y)))
 			dist = append(dist, rec.Distance)
 		}
@@ -266,26 +268,14 @@ func PlusMinus(mean, se float64, digits, targets int) string {
 	return fmt.Sprintf("%.*f ± %.*f", digits, mean, digits, se)
 }
 
-func meanOf(v []float64) float64 {
-	s := 0.0
-	for _, x := range v {
-		s += x
-	}
-	return s / float64(len(v))
-}
-
-// meanSE is the mean and its standard error (sample standard deviation
+// meanSE is the mean and its standard error (the sample standard deviation
 // over sqrt(n); 0 for one value).
 func meanSE(v []float64) (float64, float64) {
-	m := meanOf(v)
 	if len(v) < 2 {
-		return m, 0
+		return stat.Mean(v, nil), 0
 	}
-	var ss float64
-	for _, x := range v {
-		ss += (x - m) * (x - m)
-	}
-	return m, math.Sqrt(ss / float64(len(v)-1) / float64(len(v)))
+	m, sd := stat.MeanStdDev(v, nil)
+	return m, sd / math.Sqrt(float64(len(v)))
 }
 
 func median(v []float64) float64 {

@@ -17,7 +17,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"github.com/fedpq/fedpq/corr"
@@ -61,22 +60,15 @@ func (u Upload) ranges(n int, msgs [][][]float32) ([]mech.Range, error) {
 		}
 		return out, nil
 	}
-	args, ok := strings.CutPrefix(u.Range, "fixed:")
-	c, r, ok2 := strings.Cut(args, ",")
-	if !ok || !ok2 {
+	rule, err := fl.ParseRange(u.Range)
+	if err == nil && rule.Kind != "fixed" || err != nil && !strings.HasPrefix(u.Range, "fixed:") {
 		return nil, fmt.Errorf("attack: range %q: want oracle or fixed:C,R", u.Range)
 	}
-	cv, err1 := strconv.ParseFloat(strings.TrimSpace(c), 64)
-	rv, err2 := strconv.ParseFloat(strings.TrimSpace(r), 64)
-	rg := mech.Range{Center: cv, Radius: rv}
-	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("attack: range %q: want oracle or fixed:C,R", u.Range)
-	}
-	if err := rg.Validate(); err != nil {
-		return nil, err
+	if err != nil {
+		return nil, err // a fixed range fl refuses, with fl's reason
 	}
 	for i := range out {
-		out[i] = rg
+		out[i] = mech.Range{Center: rule.Center, Radius: rule.Radius}
 	}
 	return out, nil
 }
@@ -156,10 +148,6 @@ func View(ctx context.Context, m *model.Model, w [][]float32, mk mech.Mechanism,
 	}
 	secret := corr.SeedSecret(seed)
 	round := fl.NewRound(mk, secret, 1, len(batches), false)
-	zero := make([][]float32, len(w))
-	for i, t := range w {
-		zero[i] = make([]float32, len(t))
-	}
 	sums := make([]mech.Sum, len(w))
 	for i, t := range w {
 		s, err := mk.NewSum(len(t), ranges[i])
@@ -173,7 +161,8 @@ func View(ctx context.Context, m *model.Model, w [][]float32, mk mech.Mechanism,
 		if err != nil {
 			return nil, err
 		}
-		payloads, err := fl.Encode(mk, "weights", zero, msg, ranges, slot)
+		// "weights": msg is encoded as it is; w only gives the shapes.
+		payloads, err := fl.Encode(mk, "weights", w, msg, ranges, slot)
 		if err != nil {
 			return nil, err
 		}

@@ -38,11 +38,7 @@ func (m *Model) reference(x *Node, params, masks []*Node) *Node {
 		case maxPool:
 			x = MaxPool(x).Window(2).Strides(2).NoPadding().Done()
 		case dense:
-			if x.Rank() == 4 {
-				x = TransposeAllAxes(x, 0, 3, 1, 2) // NHWC -> NCHW, flattened as PyTorch does
-			}
-			x = Reshape(x, x.Shape().Dimensions[0], -1)
-			x = Add(Einsum("bi,oi->bo", x, params[st.w]), Reshape(params[st.b], 1, st.out))
+			x = denseNHWC(x, params, st)
 			if !st.last {
 				x = act(x, st)
 			}

@@ -36,9 +36,9 @@ type Inverter struct {
 	learn   bool // labels are logits to learn (DLG), not given probabilities (iDLG)
 	backend compute.Backend
 	g       *Graph
-	in      []compute.Buffer // weights, target, then x and labels (shared)
+	in      []compute.Buffer // weights, target (nil before SetTarget), then x and labels (shared)
+	keep    []bool           // donate none of in: every Match reuses them
 	x, y    []float64        // host views of the shared x and label buffers
-	loaded  bool
 }
 
 // NewInverter compiles the objective for batches of batch examples. With
@@ -102,6 +102,7 @@ func (m *Model) NewInverter(batch int, learnLabels bool) (*Inverter, error) {
 		return nil, fmt.Errorf("model: building the inversion graph of %s: %w", m.arch, err)
 	}
 	v.in = make([]compute.Buffer, v.g.NumParameters())
+	v.keep = make([]bool, len(v.in))
 	buf, flat, err := b.NewSharedBuffer(0, f64(xshape...))
 	if err != nil {
 		return nil, err
@@ -140,17 +141,23 @@ func (m *Model) differentiable(x *Node, params []*Node) *Node {
 			// first maximum in row-major order, as PyTorch does.
 			x = Max(Max(at(0, 0), at(0, 1)), Max(at(1, 0), at(1, 1)))
 		case dense:
-			if x.Rank() == 4 {
-				x = TransposeAllAxes(x, 0, 3, 1, 2) // NHWC -> NCHW, flattened as PyTorch does
-			}
-			x = Reshape(x, x.Shape().Dimensions[0], -1)
-			x = Add(Einsum("bi,oi->bo", x, params[st.w]), Reshape(params[st.b], 1, st.out))
+			x = denseNHWC(x, params, st)
 			if !st.last {
 				x = act(st, x)
 			}
 		}
 	}
 	return x
+}
+
+// denseNHWC is a dense layer's product and bias for an example-major batch
+// ([B, features], or NHWC flattened as PyTorch flattens NCHW).
+func denseNHWC(x *Node, params []*Node, st step) *Node {
+	if x.Rank() == 4 {
+		x = TransposeAllAxes(x, 0, 3, 1, 2) // NHWC -> NCHW
+	}
+	x = Reshape(x, x.Shape().Dimensions[0], -1)
+	return Add(Einsum("bi,oi->bo", x, params[st.w]), Reshape(params[st.b], 1, st.out))
 }
 
 // im2colConv is the convolution of an NHWC batch with an OIHW kernel:
@@ -206,7 +213,6 @@ func (v *Inverter) SetTarget(weights, target [][]float32) error {
 			v.in[k*n+i] = b
 		}
 	}
-	v.loaded = true
 	return nil
 }
 
@@ -215,7 +221,7 @@ func (v *Inverter) SetTarget(weights, target [][]float32) error {
 // into glabels. x holds the batch's examples back to back, as package data
 // lays them out (images HWC); labels is [batch, classes], row-major.
 func (v *Inverter) Match(x, labels, gx, glabels []float64) (dist float64, err error) {
-	if !v.loaded {
+	if v.in[0] == nil {
 		return 0, fmt.Errorf("model: Match before SetTarget")
 	}
 	f := v.m.Features()
@@ -233,7 +239,7 @@ func (v *Inverter) Match(x, labels, gx, glabels []float64) (dist float64, err er
 			err = fmt.Errorf("model: executing %s: %v", v.g.Name(), r)
 		}
 	}()
-	out, err := v.g.Executable().Execute(v.in, make([]bool, len(v.in)), 0)
+	out, err := v.g.Executable().Execute(v.in, v.keep, 0)
 	if err != nil {
 		return 0, err
 	}

@@ -55,6 +55,7 @@ type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, " ") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+func (l *listFlag) Type() string       { return "string, repeatable" }
 
 func runAttack(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("attack", "[flags]", attackDescription, stderr)

@@ -72,14 +72,15 @@ setting is for; the others read it whatever the mechanism.
 	return b.String()
 }
 
-// flagType names a flag's type as its value's Go type does.
+// flagType names a flag's type as its value's Go type does, or as a
+// value of fedpq's own says it with a Type method.
 func flagType(f *flag.Flag) string {
+	if v, ok := f.Value.(interface{ Type() string }); ok {
+		return v.Type()
+	}
 	t := strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%T", f.Value), "*flag."), "Value")
-	switch t {
-	case "float64":
+	if t == "float64" {
 		return "number"
-	case "*main.listFlag":
-		return "string, repeatable"
 	}
 	return t
 }
