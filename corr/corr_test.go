@@ -2,6 +2,8 @@ package corr
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"encoding/binary"
 	"math"
 	"testing"
@@ -34,6 +36,29 @@ func TestStreamConsistent(t *testing.T) {
 	}
 	if bytes.Equal(ref[:32], make([]byte, 32)) {
 		t.Fatal("stream is zeros")
+	}
+	// The stream is AES-256-CTR's keystream under a zero IV, as the
+	// standard library computes it in one call.
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, len(ref))
+	cipher.NewCTR(block, make([]byte, aes.BlockSize)).XORKeyStream(want, want)
+	if !bytes.Equal(ref, want) {
+		t.Fatal("the stream is not AES-256-CTR's keystream")
+	}
+	// Word by word across the growing refills, and reads of odd sizes.
+	s = NewStream(key)
+	got = got[:0]
+	for len(got) < 2*bufSize {
+		got = binary.LittleEndian.AppendUint64(got, s.Uint64())
+		b := make([]byte, len(got)%13)
+		s.Read(b)
+		got = append(got, b...)
+	}
+	if !bytes.Equal(got, want[:len(got)]) {
+		t.Fatal("small reads differ from the keystream")
 	}
 }
 

@@ -17,16 +17,23 @@ import (
 	"unsafe"
 )
 
-// bufSize is the number of keystream bytes produced per refill; large enough
+// bufSize is the most keystream bytes produced per refill; large enough
 // that AES-CTR runs at full speed, small enough to stay in L1.
 const bufSize = 4096
+
+// firstRefill is the first refill's size; each refill doubles it up to
+// bufSize. Many streams are read for a few words only (a client's coins
+// for one parameter, an audit's per-view coins), and a whole first buffer
+// was most of their cost (the audit's profile: AES and clearing 4 KiB per
+// stream). The keystream is the same whatever the refill sizes.
+const firstRefill = 64
 
 // A Stream is a deterministic source of uniformly random bits: the AES-256-CTR
 // keystream of its key. Two Streams made from the same key produce the same
 // bits. A Stream is not safe for concurrent use.
 type Stream struct {
 	ctr cipher.Stream
-	buf [bufSize]byte
+	buf []byte // keystream; buf[pos:] is not read yet
 	pos int
 }
 
@@ -37,12 +44,17 @@ func NewStream(key [32]byte) *Stream {
 		panic(err) // unreachable: the key has a valid length
 	}
 	var iv [aes.BlockSize]byte
-	return &Stream{ctr: cipher.NewCTR(block, iv[:]), pos: bufSize}
+	return &Stream{ctr: cipher.NewCTR(block, iv[:])}
 }
 
 func (s *Stream) refill() {
-	clear(s.buf[:])
-	s.ctr.XORKeyStream(s.buf[:], s.buf[:])
+	n := min(max(2*len(s.buf), firstRefill), bufSize)
+	if cap(s.buf) < n {
+		s.buf = make([]byte, n)
+	}
+	s.buf = s.buf[:n]
+	clear(s.buf)
+	s.ctr.XORKeyStream(s.buf, s.buf)
 	s.pos = 0
 }
 
@@ -59,16 +71,17 @@ func (s *Stream) Read(p []byte) (int, error) {
 		s.ctr.XORKeyStream(p[:whole], p[:whole])
 		p = p[whole:]
 	}
-	if len(p) > 0 {
+	for len(p) > 0 {
 		s.refill()
-		s.pos = copy(p, s.buf[:])
+		s.pos = copy(p, s.buf)
+		p = p[s.pos:]
 	}
 	return n, nil
 }
 
 // Uint64 returns the next 8 bytes of the stream as a little-endian integer.
 func (s *Stream) Uint64() uint64 {
-	if s.pos+8 > bufSize {
+	if s.pos+8 > len(s.buf) {
 		var b [8]byte
 		s.Read(b[:])
 		return binary.LittleEndian.Uint64(b[:])
