@@ -11,7 +11,7 @@ import (
 	"github.com/fedpq/fedpq/model"
 )
 
-func mnist(t *testing.T) *data.Dataset {
+func mnist(t testing.TB) *data.Dataset {
 	t.Helper()
 	fd, err := data.Load("mnist", data.Options{Dir: "../../shared/datasets", Offline: true})
 	if err != nil {
@@ -35,7 +35,7 @@ func batch(d *data.Dataset, i, n int) Batch {
 	return b
 }
 
-func newMech(t *testing.T, name string, eps float64) mech.Mechanism {
+func newMech(t testing.TB, name string, eps float64) mech.Mechanism {
 	t.Helper()
 	c := mech.DefaultConfig()
 	c.Epsilon = eps
