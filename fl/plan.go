@@ -106,14 +106,14 @@ func (p *Plan) Add(pos int, u Upload) error {
 	return nil
 }
 
-// SecAgg is a secure round's protocol server and settings, which a
-// deployed server drives with its clients' messages; nil when the round is
-// not secure.
-func (p *Plan) SecAgg() (*secagg.Server, secagg.Params) {
+// SecAgg is a secure round's protocol server, settings and beacon link
+// (secagg.Beacon), which a deployed server drives with its clients'
+// messages; nil when the round is not secure.
+func (p *Plan) SecAgg() (*secagg.Server, secagg.Params, [32]byte) {
 	if s, ok := p.agg.(*secure); ok {
-		return s.server, s.params
+		return s.server, s.params, s.link
 	}
-	return nil, secagg.Params{}
+	return nil, secagg.Params{}, [32]byte{}
 }
 
 // MaskedBytes is the size of a masked upload in a secure round.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"slices"
+	"sync"
 
 	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/mech"
@@ -20,38 +20,58 @@ import (
 // with the same model, bit for bit, as without secure aggregation.
 //
 // In a simulation the clients' side of the protocol runs here as well,
-// each client with randomness derived for it alone, and a client that
-// drops out does so after the keys are shared and before it masks: the
-// server then rebuilds its pairwise masks from the survivors' shares. A
-// deployed server's clients run their side themselves (package transport
-// relays the protocol's messages and calls Plan.AddMasked).
+// each client with randomness derived for it alone and the policy of a
+// deployed client (secagg.DefaultPolicy), their independent steps in
+// parallel; a client that drops out does so after it has checked its
+// shares and before it masks: the server then rebuilds its mask key from
+// the survivors' shares. A deployed server's clients run their side
+// themselves (package transport relays the protocol's messages and calls
+// Plan.AddMasked).
 type secure struct {
-	m       mech.Integer
-	slot    func(pos int) mech.Slot
-	ranges  []mech.Range
-	sizes   []int // parameters per tensor
-	fields  []int // integer fields per tensor
-	ids     []uint64
-	params  secagg.Params
-	server  *secagg.Server
-	clients []*secagg.Client // by position; nil for a deployed server's clients
-	got     []bool
-	n       int
-	bits    int   // k
-	setup   int64 // bytes of keys, sealed shares and reveals relayed
+	m        mech.Integer
+	slot     func(pos int) mech.Slot
+	ranges   []mech.Range
+	sizes    []int // parameters per tensor
+	fields   []int // integer fields per tensor
+	ids      []uint64
+	params   secagg.Params
+	link     [32]byte // the round's beacon link, from which params.Seed derives
+	server   *secagg.Server
+	clients  []*secagg.Client // by position; nil for a deployed server's clients
+	partners [][]uint64       // by position, in a simulation
+	workers  int
+	got      []bool
+	n        int
+	bits     int   // k
+	setup    int64 // bytes of keys, dealings, checks, requests, consents and reveals
 }
 
 // A round of up to completeGraph clients runs SecAgg+ on the complete
 // graph: every client a neighbour of every other, threshold floor(2n/3)+1,
 // so that any third of the clients less one may drop at any step. Larger
 // rounds use a sparse random graph (secagg.SparseGraph) sized for up to
-// secureCorrupt of the clients colluding with the server and the dropout
-// of secureDropout; more dropouts than that can leave a round unable to
-// unmask (it is then discarded, with the reason).
+// secureCorrupt of the clients colluding with a server that deviates and
+// the dropout of secureDropout; more dropouts than that can leave a round
+// unable to unmask (it is then discarded, with the reason).
 const (
 	completeGraph = 64
 	secureCorrupt = 0.05
 )
+
+// SecureCorrupt is the fraction of a round's clients that may collude with
+// the server, which secure rounds are sized for (secagg.SparseGraph) and
+// which the ledger takes out of the clients a sum hides among.
+const SecureCorrupt = secureCorrupt
+
+// beacon is the run's chain of secure rounds' graph randomness
+// (secagg.Beacon), from the server's secret.
+func (e *Engine) beacon() secagg.Beacon {
+	return secagg.NewBeacon(corr.Key(e.secret, "secagg-beacon", 0), e.cfg.Rounds)
+}
+
+// BeaconCommitment is what a server publishes of its beacon before the
+// first round.
+func (e *Engine) BeaconCommitment() [32]byte { return e.beacon().Commitment() }
 
 // secureDropout is the fraction of a round's clients the sparse graph
 // allows to drop: twice the configured dropout plus 5%, at least 10%.
@@ -80,34 +100,45 @@ func (e *Engine) checkSecure() error {
 	return nil
 }
 
+// SecureBits is the width k of the fields a secure round of n clients of m
+// masks: the fewest bits that hold the exact sum, or the modulus's of a
+// mechanism that sums modulo 2^b by design (modular clipping). A client
+// checks the server's against it.
+func SecureBits(m mech.Integer, n int) (int, error) {
+	k := max(mech.SumBits(m, n), 1)
+	if mm, ok := m.(mech.Modular); ok {
+		k = bits.TrailingZeros64(mm.Modulus())
+	}
+	if k > 32 {
+		// Masked fields travel as packed fields of at most 32 bits
+		// (package wire); 2^32 levels of sum are far beyond any round.
+		return 0, fmt.Errorf("fl: secure aggregation of %d clients needs %d-bit sums; at most 32 are supported", n, k)
+	}
+	return k, nil
+}
+
 func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int) mech.Slot) (*secure, error) {
 	m, err := mech.IntegerOf(e.m)
 	if err != nil {
 		return nil, err
 	}
-	s := &secure{m: m, slot: slot, ranges: ranges, got: make([]bool, len(sel)), bits: max(mech.SumBits(m, len(sel)), 1)}
-	if mm, ok := m.(mech.Modular); ok {
-		// ddgauss and skellam sum modulo 2^b by design (modular
-		// clipping): the protocol works in that group itself.
-		s.bits = bits.TrailingZeros64(mm.Modulus())
-	}
-	if s.bits > 32 {
-		// Masked fields travel as packed fields of at most 32 bits
-		// (package wire); 2^32 levels of sum are far beyond any round.
-		return nil, fmt.Errorf("fl: secure aggregation of %d clients needs %d-bit sums; at most 32 are supported", len(sel), s.bits)
+	s := &secure{m: m, slot: slot, ranges: ranges, got: make([]bool, len(sel)), workers: e.cfg.Workers}
+	if s.bits, err = SecureBits(m, len(sel)); err != nil {
+		return nil, err
 	}
 	for _, sp := range e.specs {
 		s.sizes = append(s.sizes, size(sp.Shape))
 		s.fields = append(s.fields, m.Fields(size(sp.Shape)))
 	}
-	p := secagg.Params{Bits: s.bits, Seed: corr.Key(e.secret, "secagg-session", uint64(t)), Round: uint64(t)}
+	for _, k := range sel {
+		s.ids = append(s.ids, uint64(k))
+	}
+	s.link = e.beacon().Link(t)
+	p := secagg.Params{Bits: s.bits, Seed: secagg.SessionSeed(e.task.RunID, uint64(t), s.ids, s.link), Round: uint64(t)}
 	if len(sel) > completeGraph {
 		if degree, threshold, err := secagg.SparseGraph(len(sel), secureCorrupt, e.secureDropout()); err == nil && degree < len(sel)-1 {
 			p.Degree, p.Threshold = degree, threshold
 		}
-	}
-	for _, k := range sel {
-		s.ids = append(s.ids, uint64(k))
 	}
 	s.params = p
 	if s.server, err = secagg.NewServer(p, s.ids); err != nil {
@@ -116,37 +147,117 @@ func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int)
 	if e.task.Clients == nil {
 		return s, nil // a deployed server's clients run their side themselves
 	}
-	// The protocol's first two steps: every client advertises its keys,
-	// then sends its neighbours its sealed shares.
+	if err := s.simulateSetup(e.secret, t); err != nil {
+		return nil, fmt.Errorf("fl: secure aggregation, round %d: %w", t, err)
+	}
+	return s, nil
+}
+
+// idBytes is the size of a client id in the protocol's messages (uint32).
+const idBytes = 4
+
+// simulateSetup plays the protocol's first three steps for the simulated
+// clients: every client advertises its keys, deals its shares to its
+// neighbours and checks those dealt to it; the server keeps the clients
+// whose secrets can be rebuilt, and names each its partners.
+func (s *secure) simulateSetup(secret []byte, t int) error {
+	n := len(s.ids)
+	s.clients = make([]*secagg.Client, n)
+	if err := parallel(n, s.workers, func(pos int) (err error) {
+		rng := corr.Derive(secret, "secagg-client", uint64(t), uint64(pos))
+		s.clients[pos], err = secagg.NewClient(s.params, secagg.DefaultPolicy, s.ids[pos], s.ids, rng)
+		return err
+	}); err != nil {
+		return err
+	}
 	for pos, id := range s.ids {
-		c, err := secagg.NewClient(p, id, s.ids, corr.Derive(e.secret, "secagg-client", uint64(t), uint64(pos)))
-		if err != nil {
-			return nil, err
-		}
-		keys := c.Keys()
+		keys := s.clients[pos].Keys()
 		if err := s.server.AddKeys(id, keys); err != nil {
-			return nil, err
+			return err
 		}
 		s.setup += int64(len(keys.C) + len(keys.S))
-		s.clients = append(s.clients, c)
 	}
+	peers := make([]map[uint64]secagg.Advertised, n)
 	for pos, id := range s.ids {
 		keys, err := s.server.Keys(id)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		sealed, err := s.clients[pos].Share(keys)
-		if err != nil {
-			return nil, err
+		peers[pos] = keys
+		s.setup += int64(len(keys) * (idBytes + 64))
+	}
+	dealings := make([]secagg.Dealing, n)
+	if err := parallel(n, s.workers, func(pos int) (err error) {
+		dealings[pos], err = s.clients[pos].Share(peers[pos])
+		return err
+	}); err != nil {
+		return err
+	}
+	for pos, id := range s.ids {
+		d := dealings[pos]
+		if err := s.server.AddShares(id, d); err != nil {
+			return err
 		}
-		for _, c := range sealed {
-			s.setup += int64(len(c))
-		}
-		if err := s.server.AddShares(id, sealed); err != nil {
-			return nil, err
+		s.setup += int64(secagg.ValuesBytes(len(d.Values.B) - 1))
+		for _, c := range d.Sealed {
+			s.setup += int64(idBytes + len(c))
 		}
 	}
-	return s, nil
+	inbox := make([]map[uint64]secagg.Delivery, n)
+	for pos, id := range s.ids {
+		in, err := s.server.Deliveries(id)
+		if err != nil {
+			return err
+		}
+		inbox[pos] = in
+		for _, d := range in {
+			s.setup += int64(idBytes + len(d.Values) + len(d.Sealed))
+		}
+	}
+	complaints := make([][]uint64, n)
+	if err := parallel(n, s.workers, func(pos int) (err error) {
+		complaints[pos], err = s.clients[pos].Check(inbox[pos])
+		return err
+	}); err != nil {
+		return err
+	}
+	for pos, id := range s.ids {
+		if err := s.server.AddCheck(id, complaints[pos]); err != nil {
+			return err
+		}
+		s.setup += int64(idBytes * len(complaints[pos]))
+	}
+	s.partners = make([][]uint64, n)
+	for pos, id := range s.ids {
+		ps, err := s.server.Partners(id)
+		if err != nil {
+			return err
+		}
+		s.partners[pos] = ps
+		s.setup += int64(idBytes * len(ps))
+	}
+	return nil
+}
+
+// parallel runs f(k) for k = 0..n-1, up to workers at once, and joins their
+// errors in order.
+func parallel(n, workers int, f func(k int) error) error {
+	errs := make([]error, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, min(workers, n)) {
+		wg.Go(func() {
+			for k := range next {
+				errs[k] = f(k)
+			}
+		})
+	}
+	for k := range n {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // add is the client at pos masking its upload's fields, and the server
@@ -163,11 +274,7 @@ func (s *secure) add(pos int, u Upload) error {
 		return err
 	}
 	id := s.ids[pos]
-	sealed, err := s.server.Shares(id)
-	if err != nil {
-		return err
-	}
-	y, err := s.clients[pos].Mask(x, sealed)
+	y, err := s.clients[pos].Mask(x, s.partners[pos])
 	if err != nil {
 		return err
 	}
@@ -229,24 +336,39 @@ func (s *secure) mean() ([][]float64, error) {
 	return s.decode(sum)
 }
 
-// unmask is the simulated survivors' answers to the unmask request.
+// unmask is the simulated survivors' answers to the unmask request: each
+// checks and consents to it, sees its holders' consents (signed, in a
+// deployment), and reveals its shares.
 func (s *secure) unmask() error {
-	survivors, dropped, err := s.server.Request()
+	req, err := s.server.Request()
 	if err != nil {
 		return err
 	}
-	for _, id := range survivors {
-		pos := slices.Index(s.ids, id)
-		r, err := s.clients[pos].Unmask(survivors, dropped)
-		if err != nil {
-			return err
-		}
-		for _, b := range r.Self {
-			s.setup += int64(len(b))
-		}
-		for _, b := range r.Pair {
-			s.setup += int64(len(b))
-		}
+	listed := int64(idBytes * (len(req.Survivors) + len(req.Dropped)))
+	pos := make(map[uint64]int, len(s.ids))
+	for k, id := range s.ids {
+		pos[id] = k
+	}
+	survivors := req.Survivors
+	if err := parallel(len(survivors), s.workers, func(k int) error {
+		_, err := s.clients[pos[survivors[k]]].Consent(req)
+		return err
+	}); err != nil {
+		return err
+	}
+	reveals := make([]secagg.Reveal, len(survivors))
+	if err := parallel(len(survivors), s.workers, func(k int) (err error) {
+		reveals[k], err = s.clients[pos[survivors[k]]].Unmask(survivors)
+		return err
+	}); err != nil {
+		return err
+	}
+	for k, id := range survivors {
+		r := reveals[k]
+		// The request, its consent (a signature), the consents of its
+		// neighbours relayed, and the shares revealed.
+		s.setup += listed + 64 + int64((idBytes+64)*len(s.partners[pos[id]]))
+		s.setup += int64((idBytes + 32) * (len(r.Self) + len(r.Pair)))
 		if err := s.server.AddReveal(id, r); err != nil {
 			return err
 		}

@@ -90,6 +90,9 @@ type Task struct {
 	// wants (reproducible) and a server must not (its clients learn the
 	// seed from the configuration).
 	Secret []byte
+	// RunID names a server's run; secure rounds bind their graph's seed
+	// to it (secagg.SessionSeed). Nil in a simulation.
+	RunID []byte
 }
 
 func (c *Config) validate(clients int) error {

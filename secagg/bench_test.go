@@ -8,25 +8,26 @@ import (
 	"github.com/fedpq/fedpq/corr"
 )
 
-// benchD is the parameter count of the project's MNIST CNN.
+// benchD is the parameter count of the project's MNIST MLP.
 const benchD = 25818
 
 // BenchmarkMask: one client's masking step (self mask plus one pairwise
-// mask per neighbour) for d = 25818 at 16 bits.
+// mask per partner) for d = 25818 at 16 bits.
 func BenchmarkMask(b *testing.B) {
 	for _, c := range []struct {
-		name   string
-		n, deg int
-	}{{"degree8-n100", 100, 8}, {"complete-n16", 16, 0}} {
+		name string
+		n    int
+	}{{"sparse-n100", 100}, {"complete-n16", 16}} {
 		b.Run(c.name, func(b *testing.B) {
-			_, cl, inbox := shared(b, Params{Bits: 16, Degree: c.deg, Seed: [32]byte{1}}, seq(c.n), "bench")
-			id := seq(c.n)[0]
+			p := benchParams(c.n)
+			ids := seq(c.n)
+			_, cl, partners := shared(b, p, ids, "bench")
 			x := make([]uint64, benchD)
 			b.ReportAllocs()
 			for b.Loop() {
-				c := *cl[id]
-				c.step = 1
-				if _, err := c.Mask(x, inbox[id]); err != nil {
+				c := *cl[ids[0]]
+				c.step = 2
+				if _, err := c.Mask(x, partners[ids[0]]); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -35,22 +36,81 @@ func BenchmarkMask(b *testing.B) {
 	}
 }
 
-// BenchmarkUnmask: the server's Sum for 100 clients on a degree-16 graph
-// (SparseGraph(100, 0.05, 0.1)) with none or 10% dropped before masking.
+// benchParams are fl's settings for n clients: the complete graph up to
+// 64, else SparseGraph(n, 0.05, 0.1).
+func benchParams(n int) Params {
+	p := Params{Bits: 16, Seed: [32]byte{1}}
+	if n > completeForTest {
+		var err error
+		if p.Degree, p.Threshold, err = SparseGraph(n, 0.05, 0.1); err != nil {
+			panic(err)
+		}
+	}
+	return p
+}
+
+// BenchmarkCheck: one client's CheckShares step, opening and checking every
+// dealing against its commitments.
+func BenchmarkCheck(b *testing.B) {
+	for _, n := range []int{16, 64, 100, 1000} {
+		b.Run(fmt.Sprintf("n%d", n), func(b *testing.B) {
+			p := benchParams(n)
+			ids := seq(n)
+			rng := corr.Derive([]byte("check"), "clients")
+			srv, _ := NewServer(p, ids)
+			cl := map[uint64]*Client{}
+			for _, id := range ids {
+				cl[id], _ = NewClient(p, testPolicy, id, ids, rng)
+				srv.AddKeys(id, cl[id].Keys())
+			}
+			for _, id := range ids {
+				keys, _ := srv.Keys(id)
+				d, err := cl[id].Share(keys)
+				if err != nil {
+					b.Fatal(err)
+				}
+				srv.AddShares(id, d)
+			}
+			in, _ := srv.Deliveries(ids[0])
+			for b.Loop() {
+				c := *cl[ids[0]]
+				if _, err := c.Check(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRound: a whole round in memory (every client's and the server's
+// side), d = 610 (the quick start's model) at 16 bits.
+func BenchmarkRound(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("n%d", n), func(b *testing.B) {
+			p := benchParams(n)
+			ids := seq(n)
+			in := randomInputs(ids, 610, p.Bits, "round")
+			for b.Loop() {
+				if _, err := Run(p, in, nil, corr.Derive([]byte("round"), "clients")); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkUnmask: the server's Sum for 100 clients on SparseGraph(100,
+// 0.05, 0.1), with none or 10% dropped before masking.
 func BenchmarkUnmask(b *testing.B) {
 	const n = 100
-	deg, thr, err := SparseGraph(n, 0.05, 0.1)
-	if err != nil {
-		b.Fatal(err)
-	}
 	for _, drop := range []int{0, 10} {
 		b.Run(fmt.Sprintf("drop%d%%", drop), func(b *testing.B) {
-			p := Params{Bits: 16, Degree: deg, Threshold: thr, Seed: [32]byte{2}}
-			srv, cl, inbox := shared(b, p, seq(n), "bench")
+			p := benchParams(n)
 			ids := seq(n)
+			srv, cl, partners := shared(b, p, ids, "bench")
 			x := make([]uint64, benchD)
 			for _, id := range ids[drop:] {
-				y, err := cl[id].Mask(x, inbox[id])
+				y, err := cl[id].Mask(x, partners[id])
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -58,16 +118,10 @@ func BenchmarkUnmask(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			survivors, dropped, _ := srv.Request()
-			for _, id := range survivors {
-				r, err := cl[id].Unmask(survivors, dropped)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := srv.AddReveal(id, r); err != nil {
-					b.Fatal(err)
-				}
+			if _, err := unmask(b, srv, cl, func(uint64) bool { return true }); err != nil {
+				b.Fatal(err)
 			}
+			req, _ := srv.Request()
 			for b.Loop() {
 				if _, err := srv.Sum(); err != nil {
 					b.Fatal(err)
@@ -75,7 +129,7 @@ func BenchmarkUnmask(b *testing.B) {
 			}
 			per := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 			b.ReportMetric(per/benchD, "ns/param")
-			b.ReportMetric(per/float64(len(survivors)), "ns/survivor")
+			b.ReportMetric(per/float64(len(req.Survivors)), "ns/survivor")
 		})
 	}
 }
@@ -86,11 +140,7 @@ func BenchmarkUnmask(b *testing.B) {
 // (server-B), beside n·d·8 bytes (the naive store of every masked input).
 func BenchmarkServerMemory(b *testing.B) {
 	const n = 1000
-	deg, thr, err := SparseGraph(n, 0.05, 0.1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := Params{Bits: 16, Degree: deg, Threshold: thr, Seed: [32]byte{3}}
+	p := benchParams(n)
 	ids := seq(n)
 	x := make([]uint64, benchD)
 	for b.Loop() {
@@ -98,36 +148,12 @@ func BenchmarkServerMemory(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
 		base := ms.HeapAlloc
-		rng := corr.Derive([]byte("memory"), "clients")
-		srv, err := NewServer(p, ids)
-		if err != nil {
-			b.Fatal(err)
-		}
-		cl := map[uint64]*Client{}
-		for _, id := range ids {
-			if cl[id], err = NewClient(p, id, ids, rng); err != nil {
-				b.Fatal(err)
-			}
-			if err := srv.AddKeys(id, cl[id].Keys()); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for _, id := range ids {
-			keys, _ := srv.Keys(id)
-			sealed, err := cl[id].Share(keys)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := srv.AddShares(id, sealed); err != nil {
-				b.Fatal(err)
-			}
-		}
+		srv, cl, partners := shared(b, p, ids, "memory")
 		for k, id := range ids {
-			sealed, _ := srv.Shares(id)
 			if k%10 == 0 {
 				continue // 10% drop before masking
 			}
-			y, err := cl[id].Mask(x, sealed)
+			y, err := cl[id].Mask(x, partners[id])
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -135,27 +161,15 @@ func BenchmarkServerMemory(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		survivors, dropped, _ := srv.Request()
-		for k, id := range survivors {
-			if k%20 == 0 {
-				continue // 5% drop after masking
-			}
-			r, err := cl[id].Unmask(survivors, dropped)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := srv.AddReveal(id, r); err != nil {
-				b.Fatal(err)
-			}
+		k := 0
+		if _, err := unmask(b, srv, cl, func(uint64) bool { k++; return k%20 != 0 }); err != nil {
+			b.Fatal(err)
 		}
 		clear(cl)
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
 		b.ReportMetric(float64(int64(ms.HeapAlloc)-int64(base)), "server-B")
 		b.ReportMetric(float64(n*benchD*8), "naive-B")
-		if _, err := srv.Sum(); err != nil {
-			b.Fatal(err)
-		}
 		runtime.KeepAlive(srv)
 	}
 }

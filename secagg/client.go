@@ -1,59 +1,119 @@
 package secagg
 
 import (
-	"bytes"
 	"crypto/ecdh"
+	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
+
+	"github.com/cloudflare/circl/group"
 
 	"github.com/fedpq/fedpq/corr"
 )
 
-// Advertised is a client's two public keys for a round: C seals shares to
-// its neighbours, S makes its pairwise masks. Each is a 32-byte X25519 key.
+// refused is the step of a client that refused an unmask request: it
+// takes no further step.
+const refused = -1
+
+// Advertised is a client's two public keys for a round: C, an X25519 key,
+// seals the shares it is dealt; S = g^s, a ristretto255 element, is its mask
+// key and the commitment to the constant term of s's sharing. 32 bytes each.
 type Advertised struct {
 	C, S []byte
 }
 
+// Dealing is what a client sends at ShareKeys: the commitments to its two
+// sharing polynomials' values and each holder's sealed shares, keyed by
+// holder.
+type Dealing struct {
+	Values *Values
+	Sealed map[uint64][]byte
+}
+
+// Delivery is one dealer's dealing as the server relays it to one holder:
+// the holder's two values (64 bytes), and its sealed shares.
+type Delivery struct {
+	Values []byte
+	Sealed []byte
+}
+
+// Request is the server's unmask request: the survivors, whose masked
+// inputs arrived, and the dropped, which were kept for masking and sent
+// none; both sorted.
+type Request struct {
+	Survivors, Dropped []uint64
+}
+
+// Digest is what a survivor consents to: the request, bound to the session
+// and round. Its caller signs it.
+func (r Request) Digest(p Params) [32]byte {
+	h := sha256.New()
+	h.Write([]byte("fedpq/v2 secagg unmask request"))
+	h.Write(p.Seed[:])
+	b := binary.LittleEndian.AppendUint64(nil, p.Round)
+	for _, list := range [][]uint64{r.Survivors, r.Dropped} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(list)))
+		for _, id := range list {
+			b = binary.LittleEndian.AppendUint64(b, id)
+		}
+	}
+	h.Write(b)
+	return [32]byte(h.Sum(nil))
+}
+
 // Reveal is a survivor's answer to the unmask request: its share of the
-// self-mask seed of each survivor (itself included) and of the s-key seed of
-// each dropped client, keyed by the owner of the secret.
+// self-mask seed b of each survivor (itself included) and of the mask key s
+// of each dropped client, keyed by the owner of the secret; 32 bytes each.
 type Reveal struct {
 	Self map[uint64][]byte
 	Pair map[uint64][]byte
 }
 
-// sealedBytes is the size of one sealed pair of shares: the two ids, the
-// shares of b and of the s seed, and the GCM tag.
-const sealedBytes = 16 + 2*shareBytes + 16
-
 // Client is one client's side of one round. Its methods are the protocol's
-// steps and must be called in order: Keys, Share, Mask, Unmask. A Client is
-// not safe for concurrent use.
+// steps and must be called in order: Keys, Share, Check, Mask, Consent,
+// Unmask. A Client is not safe for concurrent use.
 type Client struct {
 	p         Params
+	pol       Policy
 	id        uint64
+	n         int
+	degree    int
 	threshold int
 	g         *graph
 	rng       io.Reader
-	c, s      *ecdh.PrivateKey
-	sSeed     [32]byte
-	b         [32]byte
-	keys      map[uint64]Advertised // neighbours' keys, after Share
-	openKeys  map[uint64][32]byte   // keys that open each neighbour's shares, after Share
-	own       []byte                // own shares of b and the s seed
-	held      map[uint64][]byte     // neighbours' shares of their b and s seed, after Mask
+	c         *ecdh.PrivateKey
+	s         group.Scalar
+	sPub      []byte
+	b         group.Scalar
 	step      int
+	peers     map[uint64]group.Element // mask keys of the neighbours it dealt to
+	openKeys  map[uint64][32]byte      // keys that open each of them's dealing
+	rejected  []uint64                 // neighbours whose keys it refused
+	own       [2]group.Scalar          // its own shares of b and s
+	arrived   map[uint64]bool          // peers whose dealings reached it
+	held      map[uint64][2]group.Scalar
+	partners  []uint64
+	request   Request
+	digest    [32]byte
+	// tamper, set by Run only, alters the shares dealt to a holder: the
+	// deviations of a dishonest dealer.
+	tamper func(holder uint64, sh *[2]group.Scalar)
 }
 
 // NewClient starts client id's round among ids (all the round's clients,
-// from which the neighbour graph is drawn). rng supplies its secrets:
+// from which the neighbour graph is drawn), after checking the round's
+// settings against the client's policy. rng supplies its secrets:
 // crypto/rand.Reader in a deployment, a seeded stream in a simulation.
-func NewClient(p Params, id uint64, ids []uint64, rng io.Reader) (*Client, error) {
-	_, t, err := p.shape(len(ids))
+func NewClient(p Params, pol Policy, id uint64, ids []uint64, rng io.Reader) (*Client, error) {
+	if err := pol.Check(p, len(ids)); err != nil {
+		return nil, err
+	}
+	degree, t, err := p.shape(len(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -64,125 +124,113 @@ func NewClient(p Params, id uint64, ids []uint64, rng io.Reader) (*Client, error
 	if _, ok := g.pos[id]; !ok {
 		return nil, fmt.Errorf("secagg: client %d is not among the round's clients", id)
 	}
-	cl := &Client{p: p, id: id, threshold: t, g: g, rng: rng}
+	cl := &Client{p: p, pol: pol, id: id, n: len(ids), degree: degree, threshold: t, g: g, rng: rng}
 	var cSecret [32]byte
 	if _, err := io.ReadFull(rng, cSecret[:]); err != nil {
-		return nil, fmt.Errorf("secagg: client %d: %w", id, err)
-	}
-	if _, err := io.ReadFull(rng, cl.sSeed[:]); err != nil {
 		return nil, fmt.Errorf("secagg: client %d: %w", id, err)
 	}
 	if cl.c, err = ecdh.X25519().NewPrivateKey(cSecret[:]); err != nil {
 		return nil, fmt.Errorf("secagg: %w", err)
 	}
-	if cl.s, err = sKey(p, cl.sSeed); err != nil {
-		return nil, err
+	if cl.s, err = randomScalar(rng); err != nil {
+		return nil, fmt.Errorf("secagg: client %d: %w", id, err)
 	}
+	if cl.s.IsZero() {
+		return nil, errors.New("secagg: a zero mask key") // probability 2^-252
+	}
+	cl.sPub = elementBytesOf(grp.NewElement().MulGen(cl.s))
 	return cl, nil
-}
-
-// sKey is the s key pair of a seed: sharing the 32-byte seed, not the key,
-// lets Shamir shares of 16-byte halves carry it.
-func sKey(p Params, seed [32]byte) (*ecdh.PrivateKey, error) {
-	k := kdf(seed[:], p.Seed, "s key", p.Round)
-	s, err := ecdh.X25519().NewPrivateKey(k[:])
-	if err != nil {
-		return nil, fmt.Errorf("secagg: %w", err)
-	}
-	return s, nil
 }
 
 // Keys is step 0 (AdvertiseKeys): the public keys to relay to the
 // neighbours, authenticated by the caller.
 func (cl *Client) Keys() Advertised {
-	return Advertised{C: cl.c.PublicKey().Bytes(), S: cl.s.PublicKey().Bytes()}
+	return Advertised{C: cl.c.PublicKey().Bytes(), S: slices.Clone(cl.sPub)}
 }
 
 // Share is step 1 (ShareKeys). keys holds the advertised keys the server
-// relays; those of non-neighbours are ignored, and a neighbour without keys
-// has dropped. It draws the self-mask seed, shares it and the s-key seed
-// among the neighbours with keys and the client itself, and returns each
-// neighbour's sealed shares, keyed by recipient. It fails when fewer than
-// threshold share holders remain.
-func (cl *Client) Share(keys map[uint64]Advertised) (map[uint64][]byte, error) {
+// relays, already authenticated by the caller; those of non-neighbours are
+// ignored, a neighbour without keys has dropped, and one whose keys are not
+// valid (not a key, or one with which every agreement is known) is left
+// out ([Client.Rejected]). It draws the self-mask seed, shares it and the
+// mask key among the neighbours it keeps and itself, and returns its
+// dealing. It fails when fewer than threshold share holders remain.
+func (cl *Client) Share(keys map[uint64]Advertised) (Dealing, error) {
 	if cl.step != 0 {
-		return nil, errPhase
+		return Dealing{}, errPhase
 	}
 	cl.step++
-	cl.keys = make(map[uint64]Advertised)
-	holders := []uint64{cl.id}
+	cl.peers = map[uint64]group.Element{}
+	cl.openKeys = map[uint64][32]byte{}
+	sealKeys := map[uint64][32]byte{}
 	for _, j := range cl.g.neighbours(cl.id) {
 		a, ok := keys[j]
 		if !ok {
 			continue
 		}
-		if err := checkKeys(a); err != nil {
-			return nil, fmt.Errorf("secagg: client %d's keys: %w", j, err)
-		}
-		cl.keys[j] = a
-		holders = append(holders, j)
-	}
-	if len(holders) < cl.threshold {
-		return nil, fmt.Errorf("secagg: client %d: %d share holders (neighbours with keys and itself), threshold %d", cl.id, len(holders), cl.threshold)
-	}
-	if _, err := io.ReadFull(cl.rng, cl.b[:]); err != nil {
-		return nil, fmt.Errorf("secagg: client %d: %w", cl.id, err)
-	}
-	bs, err := split(cl.b, cl.threshold, holders, cl.rng)
-	if err != nil {
-		return nil, err
-	}
-	ss, err := split(cl.sSeed, cl.threshold, holders, cl.rng)
-	if err != nil {
-		return nil, err
-	}
-	cl.own = append(bs[0], ss[0]...)
-	out := make(map[uint64][]byte, len(holders)-1)
-	cl.openKeys = make(map[uint64][32]byte, len(holders)-1)
-	for k, j := range holders[1:] {
-		pub, err := ecdh.X25519().NewPublicKey(cl.keys[j].C)
+		S, secret, err := cl.agree(a)
 		if err != nil {
-			return nil, fmt.Errorf("secagg: %w", err)
+			cl.rejected = append(cl.rejected, j)
+			continue
 		}
-		secret, err := cl.c.ECDH(pub)
-		if err != nil {
-			return nil, fmt.Errorf("secagg: client %d's c key: %w", j, err)
-		}
-		key := shareKey(cl.p, secret, cl.id, j)
+		cl.peers[j] = S
+		sealKeys[j] = shareKey(cl.p, secret, cl.id, j)
 		cl.openKeys[j] = shareKey(cl.p, secret, j, cl.id)
+	}
+	if len(cl.peers)+1 < cl.threshold {
+		return Dealing{}, fmt.Errorf("secagg: client %d: %d share holders (neighbours with valid keys and itself), threshold %d", cl.id, len(cl.peers)+1, cl.threshold)
+	}
+	var err error
+	if cl.b, err = randomScalar(cl.rng); err != nil {
+		return Dealing{}, fmt.Errorf("secagg: client %d: %w", cl.id, err)
+	}
+	bPoly, err := newPolynomial(cl.b, cl.threshold, cl.rng)
+	if err != nil {
+		return Dealing{}, err
+	}
+	sPoly, err := newPolynomial(cl.s, cl.threshold, cl.rng)
+	if err != nil {
+		return Dealing{}, err
+	}
+	x := cl.g.points(cl.id)
+	vs := values(bPoly, sPoly, len(x))
+	cl.own = [2]group.Scalar{bPoly.at(x[cl.id]), sPoly.at(x[cl.id])}
+	d := Dealing{Values: vs, Sealed: make(map[uint64][]byte, len(cl.peers))}
+	for j := range cl.peers {
+		sh := [2]group.Scalar{bPoly.at(x[j]), sPoly.at(x[j])}
+		if cl.tamper != nil {
+			cl.tamper(j, &sh)
+		}
 		plain := binary.LittleEndian.AppendUint64(nil, cl.id)
 		plain = binary.LittleEndian.AppendUint64(plain, j)
-		plain = append(append(plain, bs[k+1]...), ss[k+1]...)
-		out[j] = seal(key, plain)
+		plain = append(plain, scalarBytesOf(sh[0])...)
+		plain = append(plain, scalarBytesOf(sh[1])...)
+		d.Sealed[j] = seal(sealKeys[j], plain, vs.holderValues(x[j]))
 	}
-	return out, nil
+	return d, nil
 }
 
-// checkKeys refuses keys that are not X25519 public keys, or are points
-// of small order, with which every agreement is all zeros: a client that
-// advertised one would make each neighbour's ECDH fail, and so knock it
-// out of the round.
-func checkKeys(a Advertised) error {
-	for _, k := range [][]byte{a.C, a.S} {
-		pub, err := ecdh.X25519().NewPublicKey(k)
-		if err != nil {
-			return err
-		}
-		if _, err := probe.ECDH(pub); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// probe is a fixed private key that checkKeys agrees with.
-var probe = func() *ecdh.PrivateKey {
-	k, err := ecdh.X25519().NewPrivateKey(bytes.Repeat([]byte{7}, 32))
+// agree checks a neighbour's advertised keys and returns its mask key and
+// the X25519 agreement of the c keys. Go's X25519 refuses a point of small
+// order, with which the agreement would be all zeros.
+func (cl *Client) agree(a Advertised) (group.Element, []byte, error) {
+	S, err := parseElement(a.S)
 	if err != nil {
-		panic(err) // unreachable: any 32 bytes are an X25519 private key
+		return nil, nil, err
 	}
-	return k
-}()
+	pub, err := ecdh.X25519().NewPublicKey(a.C)
+	if err != nil {
+		return nil, nil, err
+	}
+	secret, err := cl.c.ECDH(pub)
+	if err != nil {
+		return nil, nil, err
+	}
+	return S, secret, nil
+}
+
+// Rejected is the neighbours whose advertised keys Share refused.
+func (cl *Client) Rejected() []uint64 { return slices.Clone(cl.rejected) }
 
 // shareKey is the key that seals from's shares to to, from the agreement
 // of their c keys: one key per direction, each used once.
@@ -190,12 +238,77 @@ func shareKey(p Params, secret []byte, from, to uint64) [32]byte {
 	return kdf(secret, p.Seed, "share", p.Round, from, to)
 }
 
-// Mask is step 2 (MaskedInput). x is the client's vector, each value below
-// 2^Bits; sealed holds the shares its neighbours sent it, keyed by sender.
-// The neighbours that sent shares are those it masks with. It returns
-// x + PRG(b) + Σ ±PRG(s_ij) mod 2^Bits, which alone is uniformly random.
-func (cl *Client) Mask(x []uint64, sealed map[uint64][]byte) ([]uint64, error) {
+// Check is step 2 (CheckShares). inbox holds the dealings the server relays
+// to the client, keyed by dealer. It opens each and checks both shares
+// against their values, keeps the right ones, and returns the dealers it
+// complains of: those whose dealing does not open under its values, is not
+// addressed from the dealer to it, or holds a wrong share; and those whose
+// keys it refused. Dealings from clients that are not neighbours are
+// ignored.
+func (cl *Client) Check(inbox map[uint64]Delivery) ([]uint64, error) {
 	if cl.step != 1 {
+		return nil, errPhase
+	}
+	cl.step++
+	cl.arrived = map[uint64]bool{}
+	cl.held = map[uint64][2]group.Scalar{}
+	var complaints []uint64
+	for j, d := range inbox {
+		if !cl.g.adjacent(cl.id, j) {
+			continue
+		}
+		if _, ok := cl.peers[j]; ok {
+			cl.arrived[j] = true
+		}
+		sh, err := cl.open(j, d)
+		if err != nil {
+			complaints = append(complaints, j)
+			continue
+		}
+		cl.held[j] = sh
+	}
+	slices.Sort(complaints)
+	return complaints, nil
+}
+
+// open opens and checks dealer j's dealing.
+func (cl *Client) open(j uint64, d Delivery) ([2]group.Scalar, error) {
+	var sh [2]group.Scalar
+	if _, ok := cl.peers[j]; !ok {
+		return sh, errors.New("its keys were refused")
+	}
+	if len(d.Values) != 2*elementBytes {
+		return sh, errors.New("not two values")
+	}
+	plain, err := open(cl.openKeys[j], d.Sealed, d.Values)
+	if err != nil {
+		return sh, err
+	}
+	if len(plain) != 16+2*scalarBytes || binary.LittleEndian.Uint64(plain) != j || binary.LittleEndian.Uint64(plain[8:]) != cl.id {
+		return sh, errors.New("not addressed from it to this client")
+	}
+	for k := range 2 {
+		v, err := parseScalar(plain[16+k*scalarBytes : 16+(k+1)*scalarBytes])
+		if err != nil {
+			return sh, err
+		}
+		want, err := parseElement(d.Values[k*elementBytes : (k+1)*elementBytes])
+		if err != nil || !grp.NewElement().MulGen(v).IsEqual(want) {
+			return sh, errors.New("a share that does not match its value")
+		}
+		sh[k] = v
+	}
+	return sh, nil
+}
+
+// Mask is step 3 (MaskedInput). x is the client's vector, each value below
+// 2^Bits; partners are the neighbours the server kept that it exchanged
+// dealings with, whose masks cancel its own. It returns
+// x + PRG(b) + Σ ±PRG(s_ij) mod 2^Bits, which alone is uniformly random. It
+// refuses partners it did not exchange dealings with, and fewer than
+// threshold−1 of them.
+func (cl *Client) Mask(x []uint64, partners []uint64) ([]uint64, error) {
+	if cl.step != 2 {
 		return nil, errPhase
 	}
 	cl.step++
@@ -205,38 +318,24 @@ func (cl *Client) Mask(x []uint64, sealed map[uint64][]byte) ([]uint64, error) {
 			return nil, fmt.Errorf("secagg: client %d: x[%d] = %d is not below 2^%d", cl.id, i, v, cl.p.Bits)
 		}
 	}
-	cl.held = make(map[uint64][]byte, len(sealed))
-	for j, ct := range sealed {
-		key, ok := cl.openKeys[j]
-		if !ok {
-			return nil, fmt.Errorf("secagg: client %d: shares from %d, not a neighbour that advertised keys", cl.id, j)
+	for i, j := range partners {
+		if i > 0 && j <= partners[i-1] {
+			return nil, fmt.Errorf("secagg: client %d: partners not sorted, or listed twice", cl.id)
 		}
-		plain, err := open(key, ct)
-		if err != nil {
-			return nil, fmt.Errorf("secagg: client %d: shares from %d: %w", cl.id, j, err)
+		if !cl.arrived[j] {
+			return nil, fmt.Errorf("secagg: client %d: partner %d is not a neighbour it exchanged dealings with", cl.id, j)
 		}
-		if len(plain) != 16+2*shareBytes || binary.LittleEndian.Uint64(plain) != j || binary.LittleEndian.Uint64(plain[8:]) != cl.id {
-			return nil, fmt.Errorf("secagg: client %d: shares from %d are not addressed from %d to %d", cl.id, j, j, cl.id)
-		}
-		cl.held[j] = plain[16:]
 	}
-	if len(cl.held)+1 < cl.threshold {
-		return nil, fmt.Errorf("secagg: client %d: %d neighbours shared keys, threshold %d needs %d", cl.id, len(cl.held), cl.threshold, cl.threshold-1)
+	if len(partners)+1 < cl.threshold {
+		return nil, fmt.Errorf("secagg: client %d: %d partners, threshold %d needs %d", cl.id, len(partners), cl.threshold, cl.threshold-1)
 	}
+	cl.partners = slices.Clone(partners)
 	y := slices.Clone(x)
 	buf := make([]uint64, len(x))
 	corr.NewStream(selfKey(cl.p, cl.b, cl.id)).Fill(buf)
 	add(y, buf)
-	for _, j := range slices.Sorted(maps.Keys(cl.held)) {
-		pub, err := ecdh.X25519().NewPublicKey(cl.keys[j].S)
-		if err != nil {
-			return nil, fmt.Errorf("secagg: %w", err)
-		}
-		secret, err := cl.s.ECDH(pub)
-		if err != nil {
-			return nil, fmt.Errorf("secagg: client %d's s key: %w", j, err)
-		}
-		corr.NewStream(pairKey(cl.p, secret, cl.id, j)).Fill(buf)
+	for _, j := range partners {
+		corr.NewStream(pairKey(cl.p, cl.peers[j], cl.s, cl.id, j)).Fill(buf)
 		if cl.id < j {
 			add(y, buf)
 		} else {
@@ -250,13 +349,16 @@ func (cl *Client) Mask(x []uint64, sealed map[uint64][]byte) ([]uint64, error) {
 }
 
 // selfKey is the key of client id's self mask.
-func selfKey(p Params, b [32]byte, id uint64) [32]byte {
-	return kdf(b[:], p.Seed, "self mask", p.Round, id)
+func selfKey(p Params, b group.Scalar, id uint64) [32]byte {
+	return kdf(scalarBytesOf(b), p.Seed, "self mask", p.Round, id)
 }
 
-// pairKey is the key of the mask that clients i and j share.
-func pairKey(p Params, secret []byte, i, j uint64) [32]byte {
-	return kdf(secret, p.Seed, "pair mask", p.Round, min(i, j), max(i, j))
+// pairKey is the key of the mask that clients i and j share: from the
+// agreement g^{s_i s_j}, computed as S·s by either of them, or by the
+// server once it has rebuilt one of the two s.
+func pairKey(p Params, S group.Element, s group.Scalar, i, j uint64) [32]byte {
+	shared := elementBytesOf(grp.NewElement().Mul(S, s))
+	return kdf(shared, p.Seed, "pair mask", p.Round, min(i, j), max(i, j))
 }
 
 func add(y, m []uint64) {
@@ -271,50 +373,101 @@ func sub(y, m []uint64) {
 	}
 }
 
-// Unmask is step 3. survivors are the clients whose masked input reached
-// the server, dropped those that shared keys and sent none (lists may name
-// clients that are not neighbours; they are ignored). It reveals its shares
-// of the survivors' self-mask seeds and of the dropped clients' s-key seeds.
-// It refuses, revealing nothing, when a client is in both lists, when it is
-// itself not a survivor, when a listed neighbour never shared keys with it,
-// when fewer than threshold of its share holders (neighbours that shared and
-// itself) survived, and when asked a second time.
-func (cl *Client) Unmask(survivors, dropped []uint64) (Reveal, error) {
-	if cl.step != 2 {
+// Consent is step 4 (Consistency): it checks the unmask request and returns
+// the digest its caller signs. It refuses, agreeing to nothing, a request
+// whose lists are not sorted, disjoint and of the round's clients, that does
+// not list the client as a survivor, that leaves out one of its partners,
+// whose survivors are not connected in the graph, or where fewer than
+// threshold of its holders survived; in a sparse graph also one with so
+// many clients missing that, with the corrupt fraction of its policy, the
+// honest survivors could be disconnected (Bell et al.'s bound, at 2^-40).
+func (cl *Client) Consent(r Request) ([32]byte, error) {
+	if cl.step != 3 {
+		return [32]byte{}, errPhase
+	}
+	cl.step = refused // until the request passes every check
+	refuse := func(format string, a ...any) ([32]byte, error) {
+		return [32]byte{}, fmt.Errorf("secagg: client %d: refused the unmask request: "+format, append([]any{cl.id}, a...)...)
+	}
+	listed := map[uint64]bool{}
+	alive := map[uint64]bool{}
+	for k, list := range [][]uint64{r.Survivors, r.Dropped} {
+		for i, j := range list {
+			if i > 0 && j <= list[i-1] {
+				return refuse("its lists are not sorted")
+			}
+			if _, ok := cl.g.pos[j]; !ok {
+				return refuse("client %d is not in the round", j)
+			}
+			if listed[j] {
+				return refuse("client %d is listed both as a survivor and as dropped", j)
+			}
+			listed[j] = true
+			alive[j] = k == 0
+		}
+	}
+	if !alive[cl.id] {
+		return refuse("it is not listed as a survivor")
+	}
+	for _, j := range cl.partners {
+		if !listed[j] {
+			return refuse("its partner %d is neither a survivor nor dropped", j)
+		}
+	}
+	holders := 1
+	for j := range cl.peers {
+		if alive[j] {
+			holders++
+		}
+	}
+	if holders < cl.threshold {
+		return refuse("%d of its share holders survived, threshold %d", holders, cl.threshold)
+	}
+	if !cl.g.connected(r.Survivors) {
+		return refuse("the %d survivors are not connected in the graph", len(r.Survivors))
+	}
+	if b := corruptCount(cl.n, cl.pol.Corrupt) + cl.n - len(r.Survivors); disconnectLog(cl.n, cl.degree, b) >= -securityBits*math.Ln2 {
+		return refuse("%d of %d clients did not survive, too many for degree %d to keep the honest survivors connected", cl.n-len(r.Survivors), cl.n, cl.degree)
+	}
+	cl.request = Request{Survivors: slices.Clone(r.Survivors), Dropped: slices.Clone(r.Dropped)}
+	cl.digest = r.Digest(cl.p)
+	cl.step = 4
+	return cl.digest, nil
+}
+
+// Unmask is step 5. consenting holds the clients whose consent to the same
+// request the caller verified (the client itself among them). When at least
+// threshold of its share holders are among them, it reveals its shares of
+// the survivors' self-mask seeds and of the dropped clients' mask keys; one
+// kind of share per client, never both.
+func (cl *Client) Unmask(consenting []uint64) (Reveal, error) {
+	if cl.step != 4 {
 		return Reveal{}, errPhase
 	}
 	cl.step++
-	alive := make(map[uint64]bool, len(survivors))
-	for _, j := range survivors {
-		alive[j] = true
+	agreed := map[uint64]bool{}
+	for _, j := range consenting {
+		agreed[j] = true
 	}
-	if !alive[cl.id] {
-		return Reveal{}, fmt.Errorf("secagg: client %d: refused: the request does not list it as a survivor", cl.id)
-	}
-	for _, j := range dropped {
-		if alive[j] {
-			return Reveal{}, fmt.Errorf("secagg: client %d: refused: client %d is listed both as a survivor and as dropped", cl.id, j)
+	n := 0
+	for _, j := range append(slices.Collect(maps.Keys(cl.peers)), cl.id) {
+		if agreed[j] {
+			n++
 		}
 	}
-	r := Reveal{Self: map[uint64][]byte{cl.id: cl.own[:shareBytes]}, Pair: map[uint64][]byte{}}
-	for _, list := range []struct {
-		ids  []uint64
-		into map[uint64][]byte
-		part int
-	}{{survivors, r.Self, 0}, {dropped, r.Pair, 1}} {
-		for _, j := range list.ids {
-			if j == cl.id || !cl.g.adjacent(cl.id, j) {
-				continue
-			}
-			sh, ok := cl.held[j]
-			if !ok {
-				return Reveal{}, fmt.Errorf("secagg: client %d: refused: neighbour %d never shared keys with it", cl.id, j)
-			}
-			list.into[j] = sh[list.part*shareBytes : (list.part+1)*shareBytes]
+	if n < cl.threshold {
+		return Reveal{}, fmt.Errorf("secagg: client %d: refused to unmask: %d of its share holders consented to the request, threshold %d", cl.id, n, cl.threshold)
+	}
+	r := Reveal{Self: map[uint64][]byte{cl.id: scalarBytesOf(cl.own[0])}, Pair: map[uint64][]byte{}}
+	for _, j := range cl.request.Survivors {
+		if sh, ok := cl.held[j]; ok {
+			r.Self[j] = scalarBytesOf(sh[0])
 		}
 	}
-	if len(r.Self) < cl.threshold {
-		return Reveal{}, fmt.Errorf("secagg: client %d: refused: %d of its share holders survived, threshold %d", cl.id, len(r.Self), cl.threshold)
+	for _, j := range cl.request.Dropped {
+		if sh, ok := cl.held[j]; ok {
+			r.Pair[j] = scalarBytesOf(sh[1])
+		}
 	}
 	return r, nil
 }

@@ -84,6 +84,56 @@ func (g *graph) adjacent(i, j uint64) bool {
 	return min(d, len(g.order)-d) <= g.half
 }
 
+// holders returns the share holders of dealer j's secrets, sorted: its
+// neighbours and itself. A holder's point, at which its shares evaluate the
+// sharing polynomials, is its index here plus one: public, never zero, and
+// at most degree+1, which keeps share checks cheap (see check).
+func (g *graph) holders(j uint64) []uint64 {
+	return slices.Sorted(slices.Values(append(g.neighbours(j), j)))
+}
+
+// points returns each of j's holders' points.
+func (g *graph) points(j uint64) map[uint64]uint64 {
+	hs := g.holders(j)
+	x := make(map[uint64]uint64, len(hs))
+	for k, h := range hs {
+		x[h] = uint64(k + 1)
+	}
+	return x
+}
+
+// connected reports whether the clients members lists, with the edges of
+// the graph among them, form one connected graph. It walks positions on
+// the ring, O(n·degree) without allocating per edge.
+func (g *graph) connected(members []uint64) bool {
+	if len(members) == 0 || g.complete {
+		return true
+	}
+	n := len(g.order)
+	in := make([]bool, n)
+	for _, id := range members {
+		in[g.pos[id]] = true
+	}
+	start := g.pos[members[0]]
+	seen := make([]bool, n)
+	seen[start] = true
+	queue := []int{start}
+	reached := 1
+	for len(queue) > 0 {
+		p := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for d := -g.half; d <= g.half; d++ {
+			q := ((p+d)%n + n) % n
+			if in[q] && !seen[q] {
+				seen[q] = true
+				reached++
+				queue = append(queue, q)
+			}
+		}
+	}
+	return reached == len(members)
+}
+
 // Neighbours returns client i's neighbours among ids, sorted. The graph is
 // complete when p.Degree is 0 or at least len(ids)−1; otherwise it is the
 // random Harary graph of Bell et al. (2020): the clients
@@ -111,18 +161,19 @@ const (
 
 // SparseGraph returns the smallest even degree, and the threshold to go with
 // it, for which a random Harary graph on n clients is secure and correct
-// when up to a fraction corrupt of the clients collude with the server and
-// up to a fraction dropout drop out (the conditions of Bell et al. 2020, as
-// computed by the parameter search of Google's SecAgg+ implementation,
-// fcp/secagg/server/graph_parameter_finder.cc):
+// when up to a fraction corrupt of the clients collude with a server that
+// may deviate from the protocol and up to a fraction dropout drop out (the
+// conditions of Bell et al. 2020, computed as the parameter search of
+// Google's SecAgg+ implementation, fcp/secagg/server/graph_parameter_finder.cc,
+// with its threshold raised to [MinThreshold]'s):
 //
 //   - connected: a union bound over the n(n−k−1)/2 pairs of gaps of k/2
 //     consecutive clients that would cut the ring, each gap bad with
 //     probability (B)_k/(n)_k for B corrupt-or-dropped clients, is below
 //     2^-41;
-//   - secure: t is the least value with P[A >= t] <= 2^-41/n, A the number of
-//     corrupt neighbours of a client (hypergeometric: k draws from the n−1
-//     others, of which floor(corrupt·n) are corrupt);
+//   - secure: t = MinThreshold(n, k, corrupt), which exceeds the corrupt
+//     neighbours of a client except with probability 2^-41/n, and half of
+//     its holders plus them;
 //   - correct: P[S < t] <= 2^-20/n, S the number of surviving neighbours
 //     (k draws from the n−1 others, of which n−1−floor(dropout·n) survive).
 //
@@ -133,43 +184,43 @@ func SparseGraph(n int, corrupt, dropout float64) (degree, threshold int, err er
 	switch {
 	case n < 2:
 		return 0, 0, fmt.Errorf("secagg: a graph needs at least 2 clients, not %d", n)
-	case corrupt < 0 || dropout < 0 || corrupt+dropout > 0.9 || math.IsNaN(corrupt+dropout):
-		return 0, 0, fmt.Errorf("secagg: corrupt %v and dropout %v must be non-negative with sum at most 0.9", corrupt, dropout)
+	case corrupt < 0 || dropout < 0 || corrupt+dropout > 0.9 || math.IsNaN(corrupt+dropout) || corrupt >= 1.0/3:
+		return 0, 0, fmt.Errorf("secagg: corrupt %v and dropout %v must be non-negative with sum at most 0.9, corrupt below 1/3", corrupt, dropout)
 	}
-	const tiny = 1e-14 // keeps rounding from going the insecure way
-	nc := int(math.Floor((corrupt + tiny) * float64(n)))
-	nd := int(math.Floor((dropout + tiny) * float64(n)))
-	logSec := -(securityBits + 1) * math.Ln2
-	epsSec := math.Exp(logSec) / float64(n)
+	nc, nd := corruptCount(n, corrupt), corruptCount(n, dropout)
 	epsCor := math.Exp(-correctnessBits*math.Ln2) / float64(n)
 	for k := 2; ; k += 2 {
 		if k >= n-1 {
 			k = n - 1
 		}
-		if k < n-1 && k <= nc+nd {
-			gaps := math.Log(float64(n)) + math.Log(float64(n-k-1)) - math.Ln2
-			bad := lfact(nc+nd) - lfact(nc+nd-k) + lfact(n-k) - lfact(n)
-			if gaps+bad >= logSec {
-				continue
-			}
+		if k < n-1 && disconnectLog(n, k, nc+nd) >= -(securityBits+1)*math.Ln2 {
+			continue
 		}
-		// t: the least value with P[A >= t] <= epsSec.
-		a := hyperPMF(n-1, nc, k)
-		t, tail := k+1, 0.0
-		for ; t > 0 && tail+a[t-1] <= epsSec; t-- {
-			tail += a[t-1]
-		}
+		t := MinThreshold(n, k, corrupt)
 		head := 0.0
 		for _, p := range hyperPMF(n-1, n-1-nd, k)[:min(t, k+1)] {
 			head += p
 		}
 		if t <= k && head <= epsCor {
-			return k, max(t, 2), nil
+			return k, t, nil
 		}
 		if k == n-1 {
 			return 0, 0, fmt.Errorf("secagg: no degree for %d clients meets both conditions with corrupt %v and dropout %v", n, corrupt, dropout)
 		}
 	}
+}
+
+// disconnectLog is the log of a union bound on the probability that
+// removing b given clients disconnects a random Harary graph of degree k on
+// n clients: it takes two runs of k/2 consecutive removed clients, n(n−k−1)/2
+// pairs of places, each all removed with probability (b)_k/(n)_k. It is −Inf
+// when b < k, and for the complete graph.
+func disconnectLog(n, k, b int) float64 {
+	if k >= n-1 || b < k {
+		return math.Inf(-1)
+	}
+	gaps := math.Log(float64(n)) + math.Log(float64(n-k-1)) - math.Ln2
+	return gaps + lfact(b) - lfact(b-k) + lfact(n-k) - lfact(n)
 }
 
 func lfact(x int) float64 {

@@ -2,34 +2,57 @@ package secagg
 
 import (
 	"crypto/ecdh"
+	"crypto/rand"
 	"fmt"
 	"maps"
 	"slices"
 
+	"github.com/cloudflare/circl/group"
+
 	"github.com/fedpq/fedpq/corr"
 )
 
-// Server is the server's side of one round: it relays keys and sealed
-// shares, folds masked inputs into a running sum, and removes the masks.
-// Its steps, in order: AddKeys, then Keys per client; AddShares, then Shares
-// per client; AddMasked; Request; AddReveal; Sum. It keeps O(d + n·degree)
-// state: the running sum, the keys, the sealed shares until delivered, and
-// the revealed shares. A Server is not safe for concurrent use.
+// Server is the server's side of one round: it relays keys and dealings,
+// keeps the clients whose secrets can be rebuilt, folds masked inputs into a
+// running sum, and removes the masks. Its steps, in order: AddKeys, then
+// Keys per client; AddShares, then Deliveries per client; AddCheck, then
+// Partners per client; AddMasked; Request; AddReveal; Sum. Every Add method
+// refuses what an honest client cannot send, leaving the state as it was, so
+// that a refused client is simply absent from the step. It keeps
+// O(d + n·degree) state: the running sum, the keys and commitments, the
+// dealings until delivered, and the revealed shares. A Server is not safe
+// for concurrent use.
 type Server struct {
-	p         Params
-	g         *graph
-	threshold int
-	keys      map[uint64]Advertised        // U0: clients that advertised keys
-	inbox     map[uint64]map[uint64][]byte // sealed shares by recipient, then sender
-	shared    map[uint64]bool              // U1: clients that sent shares
-	sum       []uint64                     // running sum of masked inputs
-	masked    map[uint64]bool              // U2: clients whose masked input arrived
-	dropped   []uint64                     // U1 \ U2 with a neighbour in U2
-	self      map[uint64]map[uint64][]byte // revealed shares of self-mask seeds: owner, holder
-	pair      map[uint64]map[uint64][]byte // revealed shares of s-key seeds: owner, holder
-	answered  map[uint64]bool
-	step      int
+	p          Params
+	g          *graph
+	threshold  int
+	keys       map[uint64]Advertised
+	sKeys      map[uint64]group.Element
+	values     map[uint64]*Values
+	dealtTo    map[uint64][]uint64          // each dealer's holders but itself, sorted
+	inbox      map[uint64]map[uint64][]byte // sealed dealings by holder, then dealer
+	checked    map[uint64]map[uint64]bool   // U1: each checking client's complaints
+	kept       map[uint64]bool              // the clients kept for masking
+	partners   map[uint64][]uint64
+	excluded   map[uint64]string
+	sum        []uint64
+	masked     map[uint64]bool // U2
+	dropped    []uint64
+	self, pair map[uint64]map[uint64]revealed // revealed shares: owner, holder
+	points     map[uint64]map[uint64]uint64   // each owner's holders' points
+	answered   map[uint64]bool
+	wrong      map[uint64]bool
+	weights    map[int][]group.Scalar // dualWeights by number of holders
+	step       int
 }
+
+const (
+	stepKeys = iota
+	stepShares
+	stepCheck
+	stepMask
+	stepUnmask
+)
 
 // NewServer starts a round among ids.
 func NewServer(p Params, ids []uint64) (*Server, error) {
@@ -43,15 +66,17 @@ func NewServer(p Params, ids []uint64) (*Server, error) {
 	}
 	return &Server{
 		p: p, g: g, threshold: t,
-		keys:     map[uint64]Advertised{},
-		inbox:    map[uint64]map[uint64][]byte{},
-		shared:   map[uint64]bool{},
-		masked:   map[uint64]bool{},
-		self:     map[uint64]map[uint64][]byte{},
-		pair:     map[uint64]map[uint64][]byte{},
-		answered: map[uint64]bool{},
+		keys: map[uint64]Advertised{}, sKeys: map[uint64]group.Element{}, values: map[uint64]*Values{},
+		dealtTo: map[uint64][]uint64{}, inbox: map[uint64]map[uint64][]byte{}, checked: map[uint64]map[uint64]bool{},
+		excluded: map[uint64]string{}, masked: map[uint64]bool{},
+		self: map[uint64]map[uint64]revealed{}, pair: map[uint64]map[uint64]revealed{},
+		points: map[uint64]map[uint64]uint64{}, answered: map[uint64]bool{}, wrong: map[uint64]bool{},
+		weights: map[int][]group.Scalar{},
 	}, nil
 }
+
+// Threshold is t, the shares that rebuild a secret.
+func (s *Server) Threshold() int { return s.threshold }
 
 func (s *Server) member(id uint64) error {
 	if _, ok := s.g.pos[id]; !ok {
@@ -60,9 +85,19 @@ func (s *Server) member(id uint64) error {
 	return nil
 }
 
-// AddKeys records client id's advertised keys.
+// Neighbours returns client id's neighbours in the round's graph, sorted.
+func (s *Server) Neighbours(id uint64) ([]uint64, error) {
+	if err := s.member(id); err != nil {
+		return nil, err
+	}
+	return s.g.neighbours(id), nil
+}
+
+// AddKeys records client id's advertised keys. It refuses keys that are
+// not valid keys, or with which every agreement is known: an X25519 point
+// of small order, the ristretto255 identity.
 func (s *Server) AddKeys(id uint64, a Advertised) error {
-	if s.step != 0 {
+	if s.step != stepKeys {
 		return errPhase
 	}
 	if err := s.member(id); err != nil {
@@ -71,20 +106,45 @@ func (s *Server) AddKeys(id uint64, a Advertised) error {
 	if _, dup := s.keys[id]; dup {
 		return fmt.Errorf("secagg: client %d advertised keys twice", id)
 	}
-	if err := checkKeys(a); err != nil {
+	S, err := parseElement(a.S)
+	if err == nil {
+		err = checkX25519(a.C)
+	}
+	if err != nil {
 		return fmt.Errorf("secagg: client %d's keys: %w", id, err)
 	}
-	s.keys[id] = a
+	s.keys[id] = Advertised{C: slices.Clone(a.C), S: slices.Clone(a.S)}
+	s.sKeys[id] = S
 	return nil
 }
+
+// checkX25519 refuses what is not an X25519 public key, or is a point of
+// small order: the agreement of a fixed key with it fails.
+func checkX25519(c []byte) error {
+	pub, err := ecdh.X25519().NewPublicKey(c)
+	if err != nil {
+		return err
+	}
+	_, err = probe.ECDH(pub)
+	return err
+}
+
+// probe is a fixed private key that checkX25519 agrees with.
+var probe = func() *ecdh.PrivateKey {
+	k, err := ecdh.X25519().NewPrivateKey(make([]byte, 32))
+	if err != nil {
+		panic(err) // unreachable: any 32 bytes are an X25519 private key
+	}
+	return k
+}()
 
 // Keys returns the advertised keys of id's neighbours, for relaying to id.
 // The first call closes the AdvertiseKeys step.
 func (s *Server) Keys(id uint64) (map[uint64]Advertised, error) {
-	if s.step > 1 {
+	if s.step > stepShares {
 		return nil, errPhase
 	}
-	s.step = 1
+	s.step = stepShares
 	if _, ok := s.keys[id]; !ok {
 		return nil, fmt.Errorf("secagg: client %d advertised no keys", id)
 	}
@@ -97,66 +157,189 @@ func (s *Server) Keys(id uint64) (map[uint64]Advertised, error) {
 	return out, nil
 }
 
-// AddShares records the sealed shares client from addresses to each of its
-// neighbours that advertised keys, all of which it must address.
-func (s *Server) AddShares(from uint64, sealed map[uint64][]byte) error {
-	if s.step != 1 {
+// AddShares records client from's dealing: sealed shares of the exact size
+// for neighbours that advertised keys (any of them: a client may refuse a
+// neighbour's keys), at least threshold−1 of them, and values at each of its
+// holders' points whose mask-key value at 0 is the key it advertised, on
+// polynomials of degree below the threshold.
+func (s *Server) AddShares(from uint64, d Dealing) error {
+	if s.step != stepShares {
 		return errPhase
 	}
 	if _, ok := s.keys[from]; !ok {
 		return fmt.Errorf("secagg: client %d sent shares without advertising keys", from)
 	}
-	if s.shared[from] {
+	if _, dup := s.values[from]; dup {
 		return fmt.Errorf("secagg: client %d sent shares twice", from)
 	}
-	want := 0
-	for _, j := range s.g.neighbours(from) {
-		if _, ok := s.keys[j]; !ok {
-			continue
+	m := len(s.g.holders(from))
+	switch {
+	case d.Values == nil || len(d.Values.B) != m+1 || len(d.Values.S) != m+1:
+		return fmt.Errorf("secagg: client %d's commitments are not for its %d holders", from, m)
+	case !d.Values.S[0].IsEqual(s.sKeys[from]):
+		return fmt.Errorf("secagg: client %d's commitments are to another mask key than it advertised", from)
+	case len(d.Sealed)+1 < s.threshold:
+		return fmt.Errorf("secagg: client %d dealt to %d neighbours; threshold %d needs %d", from, len(d.Sealed), s.threshold, s.threshold-1)
+	}
+	for j, ct := range d.Sealed {
+		if _, ok := s.keys[j]; !ok || !s.g.adjacent(from, j) {
+			return fmt.Errorf("secagg: client %d dealt to %d, not a neighbour that advertised keys", from, j)
 		}
-		want++
-		if len(sealed[j]) != sealedBytes {
-			return fmt.Errorf("secagg: client %d's shares for %d: %d bytes, not %d", from, j, len(sealed[j]), sealedBytes)
+		if len(ct) != sealedBytes {
+			return fmt.Errorf("secagg: client %d's dealing to %d: %d bytes, not %d", from, j, len(ct), sealedBytes)
 		}
 	}
-	if len(sealed) != want {
-		return fmt.Errorf("secagg: client %d addressed %d recipients, not its %d neighbours with keys", from, len(sealed), want)
+	if s.weights[m] == nil {
+		s.weights[m] = dualWeights(m)
 	}
-	for j, ct := range sealed {
+	ok, err := d.Values.consistent(s.threshold, s.weights[m], rand.Reader)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("secagg: client %d's commitments are not of polynomials of degree below the threshold %d", from, s.threshold)
+	}
+	for j, ct := range d.Sealed {
 		if s.inbox[j] == nil {
 			s.inbox[j] = map[uint64][]byte{}
 		}
-		s.inbox[j][from] = ct
+		s.inbox[j][from] = slices.Clone(ct)
 	}
-	s.shared[from] = true
+	s.values[from] = d.Values
+	s.dealtTo[from] = slices.Sorted(maps.Keys(d.Sealed))
 	return nil
 }
 
-// Shares returns, and forgets, the sealed shares addressed to client to by
-// clients that sent theirs. The first call closes the ShareKeys step.
-func (s *Server) Shares(to uint64) (map[uint64][]byte, error) {
-	if s.step < 1 || s.step > 2 {
+// ParseValues reads the encoded values of client from's dealing ([Values.Bytes]).
+func (s *Server) ParseValues(from uint64, raw []byte) (*Values, error) {
+	S, ok := s.sKeys[from]
+	if !ok {
+		return nil, fmt.Errorf("secagg: client %d advertised no keys", from)
+	}
+	return ParseValues(raw, len(s.g.holders(from)), S)
+}
+
+// Deliveries returns, and forgets, the dealings addressed to client to by
+// clients that dealt. The first call closes the ShareKeys step.
+func (s *Server) Deliveries(to uint64) (map[uint64]Delivery, error) {
+	if s.step < stepShares || s.step > stepCheck {
 		return nil, errPhase
 	}
-	s.step = 2
-	if !s.shared[to] {
+	s.step = stepCheck
+	if _, ok := s.values[to]; !ok {
 		return nil, fmt.Errorf("secagg: client %d sent no shares", to)
 	}
-	out := s.inbox[to]
-	delete(s.inbox, to)
-	if out == nil {
-		out = map[uint64][]byte{}
+	out := make(map[uint64]Delivery, len(s.inbox[to]))
+	for from, ct := range s.inbox[to] {
+		out[from] = Delivery{Values: s.values[from].holderValues(s.point(from, to)), Sealed: ct}
 	}
+	delete(s.inbox, to)
 	return out, nil
 }
 
-// AddMasked folds client from's masked input into the running sum.
-func (s *Server) AddMasked(from uint64, y []uint64) error {
-	if s.step != 2 {
+// AddCheck records client from's complaints: dealers that dealt to it whose
+// shares it found wrong.
+func (s *Server) AddCheck(from uint64, complaints []uint64) error {
+	if s.step != stepCheck {
 		return errPhase
 	}
-	if !s.shared[from] {
-		return fmt.Errorf("secagg: client %d sent a masked input without sharing keys", from)
+	if _, ok := s.values[from]; !ok {
+		return fmt.Errorf("secagg: client %d sent a check without dealing", from)
+	}
+	if _, dup := s.checked[from]; dup {
+		return fmt.Errorf("secagg: client %d sent its check twice", from)
+	}
+	c := make(map[uint64]bool, len(complaints))
+	for _, j := range complaints {
+		if _, ok := slices.BinarySearch(s.dealtTo[j], from); !ok {
+			return fmt.Errorf("secagg: client %d complains of %d, which did not deal to it", from, j)
+		}
+		c[j] = true
+	}
+	s.checked[from] = c
+	return nil
+}
+
+// Partners returns the partners of kept client id: the kept neighbours it
+// exchanged dealings with. The first call closes the CheckShares step: it
+// keeps the clients that dealt and checked whose secrets at least threshold
+// kept holders (itself included) can rebuild, and that have at least
+// threshold−1 partners, until both hold for every kept client.
+func (s *Server) Partners(id uint64) ([]uint64, error) {
+	if s.step < stepCheck || s.step > stepMask {
+		return nil, errPhase
+	}
+	if s.step == stepCheck {
+		s.step = stepMask
+		s.keep()
+	}
+	if !s.kept[id] {
+		if why, ok := s.excluded[id]; ok {
+			return nil, fmt.Errorf("secagg: client %d is not kept for masking: %s", id, why)
+		}
+		return nil, fmt.Errorf("secagg: client %d did not check its shares", id)
+	}
+	return slices.Clone(s.partners[id]), nil
+}
+
+func (s *Server) keep() {
+	s.kept = map[uint64]bool{}
+	for j := range s.checked {
+		s.kept[j] = true
+	}
+	for j := range s.values {
+		if !s.kept[j] {
+			s.excluded[j] = "it sent no check of its shares"
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, j := range slices.Sorted(maps.Keys(s.kept)) {
+			holders, partners := 1, 0
+			for _, i := range s.dealtTo[j] {
+				if !s.kept[i] {
+					continue
+				}
+				if !s.checked[i][j] {
+					holders++
+				}
+				if _, ok := slices.BinarySearch(s.dealtTo[i], j); ok {
+					partners++
+				}
+			}
+			switch {
+			case holders < s.threshold:
+				s.excluded[j] = fmt.Sprintf("%d kept holders took its shares as right, threshold %d", holders, s.threshold)
+			case partners+1 < s.threshold:
+				s.excluded[j] = fmt.Sprintf("%d kept partners, threshold %d needs %d", partners, s.threshold, s.threshold-1)
+			default:
+				continue
+			}
+			delete(s.kept, j)
+			changed = true
+		}
+	}
+	s.partners = make(map[uint64][]uint64, len(s.kept))
+	for j := range s.kept {
+		for _, i := range s.dealtTo[j] {
+			if _, ok := slices.BinarySearch(s.dealtTo[i], j); ok && s.kept[i] {
+				s.partners[j] = append(s.partners[j], i)
+			}
+		}
+	}
+}
+
+// Excluded is the clients that dealt but were not kept for masking, with
+// the reason.
+func (s *Server) Excluded() map[uint64]string { return maps.Clone(s.excluded) }
+
+// AddMasked folds kept client from's masked input into the running sum.
+func (s *Server) AddMasked(from uint64, y []uint64) error {
+	if s.step != stepMask {
+		return errPhase
+	}
+	if !s.kept[from] {
+		return fmt.Errorf("secagg: client %d sent a masked input but was not kept for masking", from)
 	}
 	if s.masked[from] {
 		return fmt.Errorf("secagg: client %d sent a masked input twice", from)
@@ -179,19 +362,19 @@ func (s *Server) AddMasked(from uint64, y []uint64) error {
 }
 
 // Request closes the MaskedInput step and returns the unmask request sent
-// to every survivor: the survivors, and the clients that shared keys but
-// sent no masked input and have a surviving neighbour, both sorted.
-func (s *Server) Request() (survivors, dropped []uint64, err error) {
-	if s.step != 2 && s.step != 3 {
-		return nil, nil, errPhase
+// to every survivor: the survivors, and the kept clients that sent no masked
+// input and have a surviving partner.
+func (s *Server) Request() (Request, error) {
+	if s.step != stepMask && s.step != stepUnmask {
+		return Request{}, errPhase
 	}
-	if s.step == 2 {
-		s.step = 3
-		for j := range s.shared {
+	if s.step == stepMask {
+		s.step = stepUnmask
+		for j := range s.kept {
 			if s.masked[j] {
 				continue
 			}
-			for _, i := range s.g.neighbours(j) {
+			for _, i := range s.partners[j] {
 				if s.masked[i] {
 					s.dropped = append(s.dropped, j)
 					break
@@ -200,12 +383,14 @@ func (s *Server) Request() (survivors, dropped []uint64, err error) {
 		}
 		slices.Sort(s.dropped)
 	}
-	return slices.Sorted(maps.Keys(s.masked)), slices.Clone(s.dropped), nil
+	return Request{Survivors: slices.Sorted(maps.Keys(s.masked)), Dropped: slices.Clone(s.dropped)}, nil
 }
 
-// AddReveal records survivor from's answer to the unmask request.
+// AddReveal records survivor from's answer to the unmask request: shares
+// of survivors' b and dropped clients' s that it holds (its own, or dealt to
+// it and not complained of), each a canonical scalar.
 func (s *Server) AddReveal(from uint64, r Reveal) error {
-	if s.step != 3 {
+	if s.step != stepUnmask {
 		return errPhase
 	}
 	if !s.masked[from] {
@@ -214,44 +399,66 @@ func (s *Server) AddReveal(from uint64, r Reveal) error {
 	if s.answered[from] {
 		return fmt.Errorf("secagg: client %d revealed shares twice", from)
 	}
-	for owner, sh := range r.Self {
-		if !s.masked[owner] || (owner != from && !s.g.adjacent(owner, from)) {
-			return fmt.Errorf("secagg: client %d revealed a self-mask share of %d, not a surviving neighbour", from, owner)
-		}
-		if len(sh) != shareBytes {
-			return fmt.Errorf("secagg: client %d's share of %d has %d bytes, not %d", from, owner, len(sh), shareBytes)
-		}
+	type share struct {
+		owner uint64
+		into  map[uint64]map[uint64]revealed
+		v     revealed
 	}
-	for owner, sh := range r.Pair {
-		if _, ok := slices.BinarySearch(s.dropped, owner); !ok || !s.g.adjacent(owner, from) {
-			return fmt.Errorf("secagg: client %d revealed an s-key share of %d, not a dropped neighbour", from, owner)
-		}
-		if len(sh) != shareBytes {
-			return fmt.Errorf("secagg: client %d's share of %d has %d bytes, not %d", from, owner, len(sh), shareBytes)
-		}
-	}
+	var got []share
 	for _, kind := range []struct {
-		got  map[uint64][]byte
-		into map[uint64]map[uint64][]byte
-	}{{r.Self, s.self}, {r.Pair, s.pair}} {
-		for owner, sh := range kind.got {
-			if kind.into[owner] == nil {
-				kind.into[owner] = map[uint64][]byte{}
+		shares map[uint64][]byte
+		owner  func(uint64) bool
+		into   map[uint64]map[uint64]revealed
+	}{
+		{r.Self, func(o uint64) bool { return s.masked[o] }, s.self},
+		{r.Pair, func(o uint64) bool { _, ok := slices.BinarySearch(s.dropped, o); return ok }, s.pair},
+	} {
+		for owner, b := range kind.shares {
+			if !kind.owner(owner) || !s.holds(from, owner) {
+				return fmt.Errorf("secagg: client %d revealed a share of %d, which it does not hold or was not asked for", from, owner)
 			}
-			kind.into[owner][from] = sh
+			v, err := parseScalar(b)
+			if err != nil {
+				return fmt.Errorf("secagg: client %d's share of %d: %w", from, owner, err)
+			}
+			got = append(got, share{owner, kind.into, revealed{x: s.point(owner, from), v: v}})
 		}
+	}
+	for _, sh := range got {
+		if sh.into[sh.owner] == nil {
+			sh.into[sh.owner] = map[uint64]revealed{}
+		}
+		sh.into[sh.owner][from] = sh.v
 	}
 	s.answered[from] = true
 	return nil
 }
 
+// holds reports whether holder has a share of owner's secrets that it
+// took as right: its own, or one dealt to it that it did not complain of.
+func (s *Server) holds(holder, owner uint64) bool {
+	if holder == owner {
+		return true
+	}
+	_, dealt := slices.BinarySearch(s.dealtTo[owner], holder)
+	return dealt && !s.checked[holder][owner]
+}
+
+func (s *Server) point(owner, holder uint64) uint64 {
+	if s.points[owner] == nil {
+		s.points[owner] = s.g.points(owner)
+	}
+	return s.points[owner][holder]
+}
+
 // Sum rebuilds the survivors' self-mask seeds and the dropped clients'
-// s-key seeds from the revealed shares, removes their masks from the running
-// sum, and returns the sum of the survivors' vectors mod 2^Bits. It fails,
-// naming the client, when a secret has fewer than threshold shares. Sum
-// leaves the server's state as it was.
+// mask keys from the revealed shares, each checked against its commitments,
+// removes their masks from the running sum, and returns the sum of the
+// survivors' vectors mod 2^Bits. It fails, naming the client, when a secret
+// has fewer than threshold right shares; the holders of wrong shares are in
+// [Server.WrongShares]. Sum leaves the server's state as it was.
 func (s *Server) Sum() ([]uint64, error) {
-	if s.step != 3 {
+	if s.step != stepUnmask {
 		return nil, errPhase
 	}
 	if len(s.masked) == 0 {
@@ -259,8 +466,10 @@ func (s *Server) Sum() ([]uint64, error) {
 	}
 	out := slices.Clone(s.sum)
 	buf := make([]uint64, len(out))
+	ip := interpolator{}
 	for _, i := range slices.Sorted(maps.Keys(s.masked)) {
-		b, err := recoverSecret(s.threshold, s.self[i])
+		b, wrong, err := ip.recoverSecret(s.threshold, s.values[i].B, s.self[i])
+		s.blame(wrong)
 		if err != nil {
 			return nil, fmt.Errorf("secagg: cannot rebuild survivor %d's self mask: %w", i, err)
 		}
@@ -268,30 +477,16 @@ func (s *Server) Sum() ([]uint64, error) {
 		sub(out, buf)
 	}
 	for _, j := range s.dropped {
-		seed, err := recoverSecret(s.threshold, s.pair[j])
+		sj, wrong, err := ip.recoverSecret(s.threshold, s.values[j].S, s.pair[j])
+		s.blame(wrong)
 		if err != nil {
-			return nil, fmt.Errorf("secagg: cannot rebuild dropped client %d's pairwise masks: %w", j, err)
+			return nil, fmt.Errorf("secagg: cannot rebuild dropped client %d's mask key: %w", j, err)
 		}
-		key, err := sKey(s.p, seed)
-		if err != nil {
-			return nil, err
-		}
-		if string(key.PublicKey().Bytes()) != string(s.keys[j].S) {
-			return nil, fmt.Errorf("secagg: dropped client %d's rebuilt s key does not match the one it advertised", j)
-		}
-		for _, i := range s.g.neighbours(j) {
+		for _, i := range s.partners[j] {
 			if !s.masked[i] {
 				continue
 			}
-			pub, err := ecdh.X25519().NewPublicKey(s.keys[i].S)
-			if err != nil {
-				return nil, fmt.Errorf("secagg: %w", err)
-			}
-			secret, err := key.ECDH(pub)
-			if err != nil {
-				return nil, fmt.Errorf("secagg: client %d's s key: %w", i, err)
-			}
-			corr.NewStream(pairKey(s.p, secret, i, j)).Fill(buf)
+			corr.NewStream(pairKey(s.p, s.sKeys[i], sj, i, j)).Fill(buf)
 			// y_i carries +PRG(s_ij) when i < j, −PRG(s_ij) otherwise.
 			if i < j {
 				sub(out, buf)
@@ -306,3 +501,13 @@ func (s *Server) Sum() ([]uint64, error) {
 	}
 	return out, nil
 }
+
+func (s *Server) blame(holders []uint64) {
+	for _, h := range holders {
+		s.wrong[h] = true
+	}
+}
+
+// WrongShares is the survivors that revealed a share that does not match
+// its commitments, found by Sum.
+func (s *Server) WrongShares() []uint64 { return slices.Sorted(maps.Keys(s.wrong)) }

@@ -23,6 +23,7 @@ import (
 	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
+	"github.com/fedpq/fedpq/secagg"
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
 )
 
@@ -45,7 +46,13 @@ type ClientConfig struct {
 	// RetryFor is how long the client keeps reconnecting to a server it
 	// lost (a restart) before it gives up.
 	RetryFor time.Duration
-	Log      *log.Logger
+	// Policy is what the client demands of the server; the zero value is
+	// DefaultClientPolicy.
+	Policy ClientPolicy
+	// State is the file where the client records the rounds it answered
+	// and each run's beacon, across restarts; "" keeps them in memory.
+	State string
+	Log   *log.Logger
 }
 
 // Client is one federated client.
@@ -59,6 +66,9 @@ type Client struct {
 	tr     *model.Trainer
 	specs  []model.TensorSpec
 	params int
+	policy ClientPolicy
+	state  *clientState
+	beacon [32]byte // the run's beacon commitment, secure runs
 }
 
 // NewClient checks cfg.
@@ -74,7 +84,17 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Log == nil {
 		cfg.Log = log.New(os.Stderr, fmt.Sprintf("fedpq client %d: ", cfg.ID), log.LstdFlags)
 	}
-	c := &Client{cfg: cfg, secret: cfg.Secret, log: cfg.Log}
+	c := &Client{cfg: cfg, secret: cfg.Secret, log: cfg.Log, policy: cfg.Policy}
+	if c.policy.SecAgg == (secagg.Policy{}) {
+		c.policy.SecAgg = DefaultClientPolicy.SecAgg
+	}
+	if err := c.policy.SecAgg.Validate(); err != nil {
+		return nil, err
+	}
+	var err error
+	if c.state, err = loadClientState(cfg.State); err != nil {
+		return nil, err
+	}
 	if c.secret == nil {
 		c.secret = make([]byte, 32)
 		rand.Read(c.secret)
@@ -162,6 +182,15 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	if err := c.prepare(hello.GetConfigYaml()); err != nil {
 		return nil, false, err
 	}
+	if c.su.Config.SecureAggregation {
+		if len(hello.GetBeacon()) != 32 {
+			return nil, false, &setupError{fmt.Errorf("a secure run's beacon commitment of %d bytes", len(hello.GetBeacon()))}
+		}
+		if err := c.state.pin(hello.GetRunId(), hello.GetBeacon()); err != nil {
+			return nil, false, &setupError{err}
+		}
+		c.beacon = [32]byte(hello.GetBeacon())
+	}
 	id := uint32(c.cfg.ID)
 	err = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Join{Join: &pb.Join{
 		Client: id, Clients: uint32(c.cfg.Clients), Identity: c.cfg.Key.Public().(ed25519.PublicKey),
@@ -247,6 +276,9 @@ func (c *Client) prepare(y string) error {
 	if cfg.Clients != c.cfg.Clients {
 		return &setupError{fmt.Errorf("partition %d/%d, but the run has %d clients", c.cfg.ID, c.cfg.Clients, cfg.Clients)}
 	}
+	if c.policy.RequireSecure && !cfg.SecureAggregation {
+		return &setupError{errors.New("the run does not use secure aggregation, which this client requires")}
+	}
 	cfg.DataDir = c.cfg.DataDir
 	su, err := experiment.NewSetup(cfg)
 	if err != nil {
@@ -278,6 +310,14 @@ func (e *badRound) Error() string { return e.err.Error() }
 // round (the next round's start, or the end).
 func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, rs *pb.RoundStart) (*pb.ServerMessage, error) {
 	t := rs.GetRound()
+	switch {
+	case c.state.answered(runID, t):
+		return nil, c.decline(stream, t, fmt.Errorf("round %d of this run was answered before", t))
+	case c.su.Config.SecureAggregation && rs.GetSecagg() == nil:
+		return nil, c.decline(stream, t, fmt.Errorf("the run has secure aggregation, but round %d does not", t))
+	case !c.su.Config.SecureAggregation && rs.GetSecagg() != nil:
+		return nil, c.decline(stream, t, fmt.Errorf("round %d has secure aggregation, but the run does not", t))
+	}
 	global, err := decodeTensors(rs.GetGlobal(), c.specs)
 	if err != nil {
 		return nil, &badRound{fmt.Errorf("the global model: %w", err)}
@@ -353,6 +393,9 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	size := 0
 	for _, p := range payloads {
 		size += len(p)
+	}
+	if err := c.state.answer(runID, t); err != nil {
+		return next, &setupError{err}
 	}
 	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{
 		Round: t, Payloads: payloads, Loss: loss,

@@ -90,7 +90,11 @@ func FuzzClientMessage(f *testing.F) {
 			{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Masked: make([]byte, plan.MaskedBytes()), Loss: 0.5}}},
 			{Body: &pb.ClientMessage_SecaggKeys{SecaggKeys: &pb.SecAggKeys{Round: 1, C: make([]byte, 32), S: make([]byte, 32), Signature: make([]byte, 64)}}},
 			{Body: &pb.ClientMessage_SecaggShares{SecaggShares: &pb.SecAggShares{Round: 1, Shares: []*pb.SecAggShare{{From: 0, To: 1, Ciphertext: make([]byte, 200)}}}}},
-			{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: &pb.SecAggReveal{Round: 1, Self: []*pb.SecAggSecret{{Owner: 1, Share: make([]byte, 64)}}}}},
+			{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: &pb.SecAggReveal{Round: 1, Self: []*pb.SecAggSecret{{Owner: 1, Share: make([]byte, 32)}}}}},
+			{Body: &pb.ClientMessage_SecaggShares{SecaggShares: &pb.SecAggShares{Round: 1, Values: make([]byte, 5*32), Shares: []*pb.SecAggShare{{From: 0, To: 1, Ciphertext: make([]byte, 96)}}}}},
+			{Body: &pb.ClientMessage_SecaggCheck{SecaggCheck: &pb.SecAggCheck{Round: 1, Complaints: []uint32{1, 7}}}},
+			{Body: &pb.ClientMessage_SecaggConsent{SecaggConsent: &pb.SecAggConsent{Round: 1, Signature: make([]byte, 64)}}},
+			{Body: &pb.ClientMessage_Decline{Decline: &pb.Decline{Round: 1, Reason: "policy"}}},
 			{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Payloads: huge, Loss: 0.5}}},
 			{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Payloads: payloads, Loss: math.MaxFloat64}}},
 			{Body: &pb.ClientMessage_KeyShare{KeyShare: &pb.KeyShare{Round: 1, Client: 0, Partner: 1, PublicKey: make([]byte, 32), Signature: make([]byte, 64)}}},
@@ -106,9 +110,10 @@ func FuzzClientMessage(f *testing.F) {
 				f.Fatal(err)
 			}
 			f.Add(uint8(i), b)
-			secureKind := m.GetSecaggKeys() != nil || m.GetSecaggShares() != nil || m.GetSecaggReveal() != nil || len(m.GetUpload().GetMasked()) > 0
+			secureKind := m.GetSecaggKeys() != nil || m.GetSecaggShares() != nil || m.GetSecaggCheck() != nil ||
+				m.GetSecaggConsent() != nil || m.GetSecaggReveal() != nil || m.GetDecline() != nil || len(m.GetUpload().GetMasked()) > 0
 			if i >= secureFrom && secureKind { // the secure round's later steps
-				for step := 1; step < 4; step++ {
+				for step := 1; step < secureDone; step++ {
 					f.Add(uint8(i+step*len(names)), b)
 				}
 			}
@@ -135,8 +140,8 @@ func FuzzClientMessage(f *testing.F) {
 		srv.sessions = map[uint32]*session{0: sess}
 		added := 0
 		if rd := srv.round; int(which)%len(servers) >= secureFrom {
-			rd.secure = newSecureRound(plan, time.Now().Add(time.Minute))
-			added = secureSteps(t, srv, rd, int(which)/len(servers)%4)
+			rd.secure = newSecureRound(plan, time.Now().Add(time.Minute), map[uint32]ed25519.PublicKey{0: sess.identity, 1: nil})
+			added = secureSteps(t, srv, rd, int(which)/len(servers)%secureDone)
 		}
 		if j := m.GetJoin(); j != nil {
 			if joined, err := srv.join(ctx, j, fuzzChallenge, "fuzz"); err == nil {
@@ -219,16 +224,18 @@ func FuzzRoundStart(f *testing.F) {
 	})
 }
 
-// secureSteps runs the honest secagg parts of clients 0 and 1 through the
-// steps of the secure round rd before the given one, and returns how many
-// uploads it added.
+// secureSteps plays the two clients' honest secagg parts of a secure
+// round up to step (secureKeys ... secureUnmask), as the server's handlers
+// would record them, and returns the uploads added.
 func secureSteps(t *testing.T, srv *Server, rd *serverRound, step int) int {
 	t.Helper()
 	sr := rd.secure
 	ids := []uint64{0, 1}
+	pol := secagg.DefaultPolicy
+	pol.MinClients = 2
 	var cls []*secagg.Client
 	for _, id := range ids {
-		c, err := secagg.NewClient(sr.params, id, ids, corr.Derive([]byte("fuzz"), "secagg", id))
+		c, err := secagg.NewClient(sr.params, pol, id, ids, corr.Derive([]byte("fuzz"), "secagg", id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,27 +255,51 @@ func secureSteps(t *testing.T, srv *Server, rd *serverRound, step int) int {
 	if step == secureShares {
 		return 0
 	}
-	inbox := map[uint64]map[uint64][]byte{0: {}, 1: {}}
 	for i, c := range cls {
 		peers, err := sr.srv.Keys(uint64(i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		sealed, err := c.Share(peers)
+		d, err := c.Share(peers)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for to, ct := range sealed {
-			inbox[to][uint64(i)] = ct
-		}
-		if err := sr.srv.AddShares(uint64(i), sealed); err != nil {
+		if err := sr.srv.AddShares(uint64(i), d); err != nil {
 			t.Fatal(err)
 		}
-		sr.shared[uint32(i)] = true
+		sr.dealt[uint32(i)] = true
+	}
+	// The step the server's nextStep opens, keeping the deliveries it
+	// would have sent.
+	sr.step = secureCheck
+	var inbox []map[uint64]secagg.Delivery
+	for i := range cls {
+		in, err := sr.srv.Deliveries(uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inbox = append(inbox, in)
+	}
+	if step == secureCheck {
+		return 0
+	}
+	for i, c := range cls {
+		complaints, err := c.Check(inbox[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sr.srv.AddCheck(uint64(i), complaints); err != nil {
+			t.Fatal(err)
+		}
+		sr.checked[uint32(i)] = true
 	}
 	srv.nextStep(rd)
 	upload := func(i int) {
-		y, err := cls[i].Mask(make([]uint64, srv.su.Model.NumParams()), inbox[uint64(i)]) // ldpq, corbin: a field per parameter
+		partners, err := sr.srv.Partners(uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := cls[i].Mask(make([]uint64, srv.su.Model.NumParams()), partners) // ldpq, corbin: a field per parameter
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,16 +314,29 @@ func secureSteps(t *testing.T, srv *Server, rd *serverRound, step int) int {
 	}
 	upload(0)
 	srv.nextStep(rd)
-	survivors, dropped, err := sr.srv.Request()
-	if err != nil {
-		t.Fatal(err)
+	consent := func(i int) {
+		digest, err := cls[i].Consent(sr.request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if digest != sr.digest {
+			t.Fatal("the client's digest is not the server's")
+		}
+		sr.consents[uint32(i)] = make([]byte, 64)
 	}
-	r, err := cls[1].Unmask(survivors, dropped)
+	consent(1)
+	if step == secureConsent {
+		return 2
+	}
+	consent(0)
+	srv.nextStep(rd)
+	r, err := cls[1].Unmask(ids)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := sr.srv.AddReveal(1, r); err != nil {
 		t.Fatal(err)
 	}
+	sr.revealed[1] = true
 	return 2
 }

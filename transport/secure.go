@@ -1,10 +1,7 @@
 package transport
 
 import (
-	"context"
 	"crypto/ed25519"
-	"crypto/rand"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fedpq/fedpq/fl"
-	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/secagg"
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
 )
@@ -22,15 +18,21 @@ import (
 // between the server and the round's clients, after each client has
 // trained and encoded: every step waits for the clients still in the round
 // and no longer than its deadline, so that clients that drop out at any
-// point leave the others to finish. The server relays keys and sealed
-// shares, and learns the sum of the uploads' integer fields only.
+// point leave the others to finish. A client that sends what the step does
+// not accept (a bad signature, garbage, a wrong size) is out of the round
+// from that step on, as if it had left. The server relays keys and
+// dealings, checks signatures and commitments, and learns the sum of the
+// uploads' integer fields only. This file is the server's side;
+// secureclient.go is the client's.
 
 // Steps of a secure round, at the server.
 const (
-	secureKeys   = iota // collecting the clients' keys
-	secureShares        // collecting their sealed shares
-	secureMasked        // collecting their masked uploads
-	secureUnmask        // collecting their answers to the unmask request
+	secureKeys    = iota // collecting the clients' keys
+	secureShares         // collecting their dealings
+	secureCheck          // collecting their checks of the shares dealt to them
+	secureMasked         // collecting their masked uploads
+	secureConsent        // collecting their consents to the unmask request
+	secureUnmask         // collecting their shares
 	secureDone
 )
 
@@ -38,26 +40,38 @@ const (
 type secureRound struct {
 	srv       *secagg.Server
 	params    secagg.Params
+	link      [32]byte // the round's beacon link
 	step      int
-	due       time.Time // the step's deadline
-	keys      map[uint32]*pb.SecAggKeys
-	shared    map[uint32]bool
-	survivors map[uint32]bool // asked to unmask
-	revealed  map[uint32]bool
+	due       time.Time                      // the step's deadline
+	identity  map[uint32]ed25519.PublicKey   // each client's enrolled identity, from the round's start
+	keys      map[uint32]*pb.SecAggKeys      // step 0
+	dealt     map[uint32]bool                // step 1
+	checked   map[uint32]bool                // step 2
+	kept      map[uint32]bool                // given partners
+	request   secagg.Request                 // step 4
+	digest    [32]byte                       // of request
+	survivors map[uint32]bool                // asked to consent
+	consents  map[uint32][]byte              // their signatures
+	asked     map[uint32]bool                // sent their holders' consents, asked to reveal
+	revealed  map[uint32]bool                // step 5
+	neighbour func(uint64) ([]uint64, error) // the graph
 }
 
-func newSecureRound(plan *fl.Plan, roundDeadline time.Time) *secureRound {
-	srv, params := plan.SecAgg()
+func newSecureRound(plan *fl.Plan, roundDeadline time.Time, identity map[uint32]ed25519.PublicKey) *secureRound {
+	srv, params, link := plan.SecAgg()
 	if srv == nil {
 		return nil
 	}
-	return &secureRound{srv: srv, params: params, due: roundDeadline, keys: map[uint32]*pb.SecAggKeys{},
-		shared: map[uint32]bool{}, survivors: map[uint32]bool{}, revealed: map[uint32]bool{}}
+	return &secureRound{srv: srv, params: params, link: link, due: roundDeadline, identity: identity,
+		keys: map[uint32]*pb.SecAggKeys{}, dealt: map[uint32]bool{}, checked: map[uint32]bool{}, kept: map[uint32]bool{},
+		survivors: map[uint32]bool{}, consents: map[uint32][]byte{}, asked: map[uint32]bool{}, revealed: map[uint32]bool{},
+		neighbour: srv.Neighbours}
 }
 
 // announce is a secure round's settings as its RoundStart carries them.
 func (sr *secureRound) announce(plan *fl.Plan) *pb.SecAgg {
-	m := &pb.SecAgg{Bits: uint32(sr.params.Bits), Degree: uint32(sr.params.Degree), Threshold: uint32(sr.params.Threshold), Seed: sr.params.Seed[:]}
+	m := &pb.SecAgg{Bits: uint32(sr.params.Bits), Degree: uint32(sr.params.Degree), Threshold: uint32(sr.params.Threshold),
+		Seed: sr.params.Seed[:], Beacon: sr.link[:]}
 	for _, k := range plan.Clients {
 		m.Clients = append(m.Clients, uint32(k))
 	}
@@ -66,6 +80,10 @@ func (sr *secureRound) announce(plan *fl.Plan) *pb.SecAgg {
 
 func secaggKeysSigned(runID []byte, k *pb.SecAggKeys) []byte {
 	return signed("secagg-keys", runID, u32(k.GetRound()), u32(k.GetClient()), k.GetC(), k.GetS())
+}
+
+func secaggConsentSigned(runID []byte, round uint32, digest [32]byte) []byte {
+	return signed("secagg-consent", runID, u32(round), digest[:])
 }
 
 // advance moves a secure round on when its step is complete, or due: it
@@ -88,11 +106,15 @@ func (s *Server) advance(rd *serverRound, now time.Time) bool {
 			case secureKeys:
 				complete = complete && sr.keys[id] != nil
 			case secureShares:
-				complete = complete && (sr.keys[id] == nil || sr.shared[id])
+				complete = complete && (sr.keys[id] == nil || sr.dealt[id])
+			case secureCheck:
+				complete = complete && (!sr.dealt[id] || sr.checked[id])
 			case secureMasked:
-				complete = complete && (!sr.shared[id] || rd.state[pos] != waiting)
+				complete = complete && (!sr.kept[id] || rd.state[pos] != waiting)
+			case secureConsent:
+				complete = complete && (!sr.survivors[id] || sr.consents[id] != nil)
 			case secureUnmask:
-				complete = complete && (!sr.survivors[id] || sr.revealed[id])
+				complete = complete && (!sr.asked[id] || sr.revealed[id])
 			}
 		}
 		if sr.step == secureDone || !complete && now.Before(sr.due) {
@@ -110,10 +132,10 @@ func (s *Server) nextStep(rd *serverRound) {
 		s.log.Printf("round %d: secure aggregation: %v", t, err)
 		sr.step = secureDone
 	}
+	sr.step++
 	switch sr.step {
-	case secureKeys:
-		sr.step = secureShares
-		for id := range sr.keys {
+	case secureShares:
+		for _, id := range slices.Sorted(maps.Keys(sr.keys)) {
 			peers, err := sr.srv.Keys(uint64(id))
 			if err != nil {
 				fail(err)
@@ -122,49 +144,76 @@ func (s *Server) nextStep(rd *serverRound) {
 			m := &pb.SecAggPeers{Round: t}
 			for _, j := range slices.Sorted(maps.Keys(peers)) {
 				m.Keys = append(m.Keys, sr.keys[uint32(j)])
-				var identity []byte
-				if ss := s.sessions[uint32(j)]; ss != nil {
-					identity = ss.identity
-				}
-				m.Identities = append(m.Identities, identity)
+				m.Identities = append(m.Identities, sr.identity[uint32(j)])
 			}
 			s.secureSend(rd, id, &pb.ServerMessage{Body: &pb.ServerMessage_SecaggPeers{SecaggPeers: m}})
 		}
-	case secureShares:
-		sr.step = secureMasked
-		for id := range sr.shared {
-			in, err := sr.srv.Shares(uint64(id))
+	case secureCheck:
+		for _, id := range slices.Sorted(maps.Keys(sr.dealt)) {
+			in, err := sr.srv.Deliveries(uint64(id))
 			if err != nil {
 				fail(err)
 				return
 			}
 			m := &pb.SecAggShares{Round: t}
 			for _, from := range slices.Sorted(maps.Keys(in)) {
-				m.Shares = append(m.Shares, &pb.SecAggShare{From: uint32(from), To: id, Ciphertext: in[from]})
+				m.Shares = append(m.Shares, &pb.SecAggShare{From: uint32(from), To: id, Ciphertext: in[from].Sealed, Values: in[from].Values})
 			}
 			s.secureSend(rd, id, &pb.ServerMessage{Body: &pb.ServerMessage_SecaggInbox{SecaggInbox: m}})
 		}
 	case secureMasked:
-		sr.step = secureUnmask
-		survivors, dropped, err := sr.srv.Request()
+		for _, id := range slices.Sorted(maps.Keys(sr.checked)) {
+			partners, err := sr.srv.Partners(uint64(id))
+			if err != nil {
+				s.log.Printf("round %d: %v", t, err)
+				continue
+			}
+			sr.kept[id] = true
+			m := &pb.SecAggPartners{Round: t}
+			for _, j := range partners {
+				m.Partners = append(m.Partners, uint32(j))
+			}
+			s.secureSend(rd, id, &pb.ServerMessage{Body: &pb.ServerMessage_SecaggPartners{SecaggPartners: m}})
+		}
+	case secureConsent:
+		req, err := sr.srv.Request()
 		if err != nil {
 			fail(err)
 			return
 		}
+		sr.request, sr.digest = req, req.Digest(sr.params)
 		m := &pb.SecAggUnmask{Round: t}
-		for _, id := range survivors {
+		for _, id := range req.Survivors {
 			m.Survivors = append(m.Survivors, uint32(id))
 			sr.survivors[uint32(id)] = true
 		}
-		for _, id := range dropped {
+		for _, id := range req.Dropped {
 			m.Dropped = append(m.Dropped, uint32(id))
 		}
-		s.log.Printf("round %d: unmasking the sum of %d clients' uploads; %d dropped after sharing their keys", t, len(survivors), len(dropped))
-		for _, id := range survivors {
+		s.log.Printf("round %d: unmasking the sum of %d clients' uploads; %d dropped after sharing their keys", t, len(req.Survivors), len(req.Dropped))
+		for _, id := range req.Survivors {
 			s.secureSend(rd, uint32(id), &pb.ServerMessage{Body: &pb.ServerMessage_SecaggUnmask{SecaggUnmask: m}})
 		}
 	case secureUnmask:
-		sr.step = secureDone
+		// Each survivor that consented is sent the consents of its share
+		// holders (its neighbours and itself): it reveals only when
+		// enough of them agreed to the same request.
+		for _, id := range slices.Sorted(maps.Keys(sr.consents)) {
+			nb, err := sr.neighbour(uint64(id))
+			if err != nil {
+				fail(err)
+				return
+			}
+			m := &pb.SecAggConsents{Round: t}
+			for _, j := range append(nb, uint64(id)) {
+				if sig, ok := sr.consents[uint32(j)]; ok {
+					m.Clients = append(m.Clients, uint32(j))
+					m.Signatures = append(m.Signatures, sig)
+				}
+			}
+			sr.asked[id] = true
+			s.secureSend(rd, id, &pb.ServerMessage{Body: &pb.ServerMessage_SecaggConsents{SecaggConsents: m}})
+		}
 	}
 }
 
@@ -178,19 +227,21 @@ func (s *Server) secureSend(rd *serverRound, id uint32, m *pb.ServerMessage) {
 }
 
 // secureMessage handles a client's message of a secure round's protocol.
-// A client whose keys or shares are refused is out of the round, and one
-// whose answer is refused is not waited for: no step waits for a client
-// that broke the protocol. s.mu is held.
+// A client whose message is refused is out of the round from that step
+// on: no step waits for a client that broke the protocol. s.mu is held.
 func (s *Server) secureMessage(sess *session, m *pb.ClientMessage) error {
-	err := s.secureStep(sess, m)
-	round := m.GetSecaggKeys().GetRound() | m.GetSecaggShares().GetRound() | m.GetSecaggReveal().GetRound() // one is set
+	round, err := s.secureStep(sess, m)
 	if rd := s.round; err != nil && rd != nil && rd.secure != nil && round == uint32(rd.plan.T) {
 		// A late message of an earlier round does not count against the
 		// client in this one.
 		if pos, ok := rd.pos[sess.id]; ok {
-			if m.GetSecaggReveal() != nil {
-				rd.secure.revealed[sess.id] = true
-			} else if rd.state[pos] == waiting {
+			sr := rd.secure
+			switch {
+			case m.GetSecaggReveal() != nil:
+				sr.revealed[sess.id] = true
+			case m.GetSecaggConsent() != nil:
+				delete(sr.survivors, sess.id)
+			case rd.state[pos] == waiting:
 				rd.state[pos] = refused
 			}
 		}
@@ -198,7 +249,9 @@ func (s *Server) secureMessage(sess *session, m *pb.ClientMessage) error {
 	return err
 }
 
-func (s *Server) secureStep(sess *session, m *pb.ClientMessage) error {
+// secureStep checks and records one message; it returns the round the
+// message names.
+func (s *Server) secureStep(sess *session, m *pb.ClientMessage) (uint32, error) {
 	rd := s.round
 	var round uint32
 	switch b := m.GetBody().(type) {
@@ -206,50 +259,92 @@ func (s *Server) secureStep(sess *session, m *pb.ClientMessage) error {
 		round = b.SecaggKeys.GetRound()
 	case *pb.ClientMessage_SecaggShares:
 		round = b.SecaggShares.GetRound()
+	case *pb.ClientMessage_SecaggCheck:
+		round = b.SecaggCheck.GetRound()
+	case *pb.ClientMessage_SecaggConsent:
+		round = b.SecaggConsent.GetRound()
 	case *pb.ClientMessage_SecaggReveal:
 		round = b.SecaggReveal.GetRound()
 	}
 	if rd == nil || rd.secure == nil || round != uint32(rd.plan.T) {
-		return fmt.Errorf("a secure-aggregation message for round %d, which is not a secure round under way", round)
+		return round, fmt.Errorf("a secure-aggregation message for round %d, which is not a secure round under way", round)
 	}
 	sr, id := rd.secure, sess.id
 	if _, ok := rd.pos[id]; !ok {
-		return fmt.Errorf("round %d: client %d is not in the round", round, id)
+		return round, fmt.Errorf("round %d: client %d is not in the round", round, id)
 	}
 	defer s.notify()
+	wrongStep := func(what string) error { return fmt.Errorf("round %d: %s outside its step", round, what) }
 	switch b := m.GetBody().(type) {
 	case *pb.ClientMessage_SecaggKeys:
 		k := b.SecaggKeys
 		switch {
 		case sr.step != secureKeys:
-			return fmt.Errorf("round %d: keys after the keys step", round)
+			return round, wrongStep("keys")
 		case sr.keys[id] != nil:
-			return fmt.Errorf("round %d: keys a second time", round)
-		case k.GetClient() != id || len(k.GetSignature()) != ed25519.SignatureSize:
-			return fmt.Errorf("round %d: keys for client %d with a %d-byte signature", round, k.GetClient(), len(k.GetSignature()))
+			return round, fmt.Errorf("round %d: keys a second time", round)
+		case k.GetClient() != id:
+			return round, fmt.Errorf("round %d: keys for client %d", round, k.GetClient())
+		}
+		if err := verify(sr.identity[id], secaggKeysSigned(s.runID, k), k.GetSignature()); err != nil {
+			return round, fmt.Errorf("round %d: keys: %w", round, err)
 		}
 		if err := sr.srv.AddKeys(uint64(id), secagg.Advertised{C: k.GetC(), S: k.GetS()}); err != nil {
-			return err
+			return round, err
 		}
 		sr.keys[id] = k
 	case *pb.ClientMessage_SecaggShares:
 		if sr.step != secureShares {
-			return fmt.Errorf("round %d: shares outside the shares step", round)
+			return round, wrongStep("shares")
 		}
-		sealed := map[uint64][]byte{}
+		values, err := sr.srv.ParseValues(uint64(id), b.SecaggShares.GetValues())
+		if err != nil {
+			return round, err
+		}
+		d := secagg.Dealing{Values: values, Sealed: map[uint64][]byte{}}
 		for _, sh := range b.SecaggShares.GetShares() {
 			if sh.GetFrom() != id {
-				return fmt.Errorf("round %d: a share from %d", round, sh.GetFrom())
+				return round, fmt.Errorf("round %d: a share from %d", round, sh.GetFrom())
 			}
-			sealed[uint64(sh.GetTo())] = sh.GetCiphertext()
+			if _, dup := d.Sealed[uint64(sh.GetTo())]; dup {
+				return round, fmt.Errorf("round %d: two shares for %d", round, sh.GetTo())
+			}
+			d.Sealed[uint64(sh.GetTo())] = sh.GetCiphertext()
 		}
-		if err := sr.srv.AddShares(uint64(id), sealed); err != nil {
-			return err
+		if err := sr.srv.AddShares(uint64(id), d); err != nil {
+			return round, err
 		}
-		sr.shared[id] = true
+		sr.dealt[id] = true
+	case *pb.ClientMessage_SecaggCheck:
+		if sr.step != secureCheck {
+			return round, wrongStep("a check")
+		}
+		var complaints []uint64
+		for _, j := range b.SecaggCheck.GetComplaints() {
+			complaints = append(complaints, uint64(j))
+		}
+		if err := sr.srv.AddCheck(uint64(id), complaints); err != nil {
+			return round, err
+		}
+		if len(complaints) > 0 {
+			s.log.Printf("round %d: client %d found wrong shares from %v", round, id, complaints)
+		}
+		sr.checked[id] = true
+	case *pb.ClientMessage_SecaggConsent:
+		switch {
+		case sr.step != secureConsent || !sr.survivors[id]:
+			return round, wrongStep("a consent")
+		case sr.consents[id] != nil:
+			return round, fmt.Errorf("round %d: a second consent", round)
+		}
+		sig := b.SecaggConsent.GetSignature()
+		if err := verify(sr.identity[id], secaggConsentSigned(s.runID, round, sr.digest), sig); err != nil {
+			return round, fmt.Errorf("round %d: consent: %w", round, err)
+		}
+		sr.consents[id] = sig
 	case *pb.ClientMessage_SecaggReveal:
-		if sr.step != secureUnmask {
-			return fmt.Errorf("round %d: shares revealed outside the unmask step", round)
+		if sr.step != secureUnmask || !sr.asked[id] {
+			return round, wrongStep("shares revealed")
 		}
 		r := secagg.Reveal{Self: map[uint64][]byte{}, Pair: map[uint64][]byte{}}
 		for _, sh := range b.SecaggReveal.GetSelf() {
@@ -259,170 +354,9 @@ func (s *Server) secureStep(sess *session, m *pb.ClientMessage) error {
 			r.Pair[uint64(sh.GetOwner())] = sh.GetShare()
 		}
 		if err := sr.srv.AddReveal(uint64(id), r); err != nil {
-			return err
+			return round, err
 		}
 		sr.revealed[id] = true
 	}
-	return nil
-}
-
-// secureUpload is a client's side of a secure round, once it has encoded
-// its payloads: keys, shares, the masked upload, and its answer to the
-// unmask request. It returns a message of a later round if it read one.
-func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, rs *pb.RoundStart, payloads [][]byte, loss float64) (*pb.ServerMessage, error) {
-	t, self, sa := rs.GetRound(), uint32(c.cfg.ID), rs.GetSecagg()
-	p := secagg.Params{Bits: int(sa.GetBits()), Degree: int(sa.GetDegree()), Threshold: int(sa.GetThreshold()), Round: uint64(t)}
-	if len(sa.GetSeed()) != len(p.Seed) {
-		return nil, &badRound{fmt.Errorf("a secure-aggregation seed of %d bytes", len(sa.GetSeed()))}
-	}
-	copy(p.Seed[:], sa.GetSeed())
-	ids := make([]uint64, len(sa.GetClients()))
-	for i, k := range sa.GetClients() {
-		ids[i] = uint64(k)
-	}
-	m, err := mech.IntegerOf(c.m)
-	if err != nil {
-		return nil, &setupError{err}
-	}
-	x, err := fl.Fields(m, payloads, c.sizes())
-	if err != nil {
-		return nil, &badRound{err}
-	}
-	cl, err := secagg.NewClient(p, uint64(self), ids, rand.Reader)
-	if err != nil {
-		return nil, &badRound{err}
-	}
-	adv := cl.Keys()
-	keys := &pb.SecAggKeys{Round: t, Client: self, C: adv.C, S: adv.S}
-	keys.Signature = ed25519.Sign(c.cfg.Key, secaggKeysSigned(runID, keys))
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggKeys{SecaggKeys: keys}}); err != nil {
-		return nil, err
-	}
-
-	m1, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggPeers().GetRound() == t })
-	if m1 == nil {
-		return next, err
-	}
-	pm := m1.GetSecaggPeers()
-	peers := map[uint64]secagg.Advertised{}
-	for i, k := range pm.GetKeys() {
-		identity := ed25519.PublicKey(nil)
-		if i < len(pm.GetIdentities()) {
-			identity = pm.GetIdentities()[i]
-		}
-		if c.cfg.Roster != nil {
-			identity = c.cfg.Roster[k.GetClient()]
-		}
-		if err := verify(identity, secaggKeysSigned(runID, k), k.GetSignature()); err != nil || k.GetRound() != t {
-			c.log.Printf("round %d: client %d's secure-aggregation keys: %v; leaving it out", t, k.GetClient(), err)
-			continue
-		}
-		peers[uint64(k.GetClient())] = secagg.Advertised{C: k.GetC(), S: k.GetS()}
-	}
-	sealed, err := cl.Share(peers)
-	if err != nil {
-		return nil, &badRound{err}
-	}
-	shares := &pb.SecAggShares{Round: t}
-	for _, to := range slices.Sorted(maps.Keys(sealed)) {
-		shares.Shares = append(shares.Shares, &pb.SecAggShare{From: self, To: uint32(to), Ciphertext: sealed[to]})
-	}
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: shares}}); err != nil {
-		return nil, err
-	}
-	c.log.Printf("round %d: sent its shares to %d neighbours", t, len(shares.Shares))
-
-	m2, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggInbox().GetRound() == t })
-	if m2 == nil {
-		return next, err
-	}
-	inbox := map[uint64][]byte{}
-	for _, sh := range m2.GetSecaggInbox().GetShares() {
-		if sh.GetTo() == self {
-			inbox[uint64(sh.GetFrom())] = sh.GetCiphertext()
-		}
-	}
-	y, err := cl.Mask(x, inbox)
-	if err != nil {
-		return nil, &badRound{err}
-	}
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{
-		Round: t, Masked: fl.PackFields(y, p.Bits), Loss: loss,
-	}}}); err != nil {
-		return nil, err
-	}
-	c.log.Printf("round %d: uploaded its masked fields (%d bits each)", t, p.Bits)
-
-	m3, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggUnmask().GetRound() == t })
-	if m3 == nil {
-		return next, err
-	}
-	req := m3.GetSecaggUnmask()
-	survivors := make([]uint64, len(req.GetSurvivors()))
-	for i, id := range req.GetSurvivors() {
-		survivors[i] = uint64(id)
-	}
-	dropped := make([]uint64, len(req.GetDropped()))
-	for i, id := range req.GetDropped() {
-		dropped[i] = uint64(id)
-	}
-	r, err := cl.Unmask(survivors, dropped)
-	if err != nil {
-		// A request this client must not answer, such as one that asks
-		// for both shares of one client: it reveals nothing.
-		c.log.Printf("round %d: refused the unmask request: %v", t, err)
-		return nil, nil
-	}
-	rv := &pb.SecAggReveal{Round: t}
-	for _, o := range slices.Sorted(maps.Keys(r.Self)) {
-		rv.Self = append(rv.Self, &pb.SecAggSecret{Owner: uint32(o), Share: r.Self[o]})
-	}
-	for _, o := range slices.Sorted(maps.Keys(r.Pair)) {
-		rv.Pair = append(rv.Pair, &pb.SecAggSecret{Owner: uint32(o), Share: r.Pair[o]})
-	}
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: rv}}); err != nil {
-		return nil, err
-	}
-	c.log.Printf("round %d: revealed its shares for %d survivors and %d dropped clients", t, len(r.Self), len(r.Pair))
-	return nil, nil
-}
-
-// await reads messages until one of round t that want accepts, and
-// returns it; or, if the round ends first (the next RoundStart, the end of
-// the run), that message as next.
-func (c *Client) await(ctx context.Context, in <-chan *pb.ServerMessage, t uint32, want func(*pb.ServerMessage) bool) (m, next *pb.ServerMessage, err error) {
-	for {
-		select {
-		case m, ok := <-in:
-			if !ok {
-				return nil, nil, errors.New("connection lost during secure aggregation")
-			}
-			switch b := m.GetBody().(type) {
-			case *pb.ServerMessage_RoundStart, *pb.ServerMessage_Finished:
-				c.log.Printf("round %d: ended before its secure aggregation did", t)
-				return nil, m, nil
-			case *pb.ServerMessage_Receipt:
-				if r := b.Receipt; r.GetAccepted() {
-					c.log.Printf("round %d: upload accepted", r.GetRound())
-				} else {
-					c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
-				}
-			default:
-				if want(m) {
-					return m, nil, nil
-				}
-			}
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		}
-	}
-}
-
-// sizes is the number of parameters of each of the model's tensors.
-func (c *Client) sizes() []int {
-	n := make([]int, len(c.specs))
-	for i, s := range c.specs {
-		n[i] = s.Size()
-	}
-	return n
+	return round, nil
 }

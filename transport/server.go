@@ -283,9 +283,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	id := sha256.Sum256(y)
 	eng, err := fl.New(su.Engine, fl.Task{
 		Model: su.Model, Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
-		Secret: secret,
+		Secret: secret, RunID: id[:16],
 	})
 	if err != nil {
 		return nil, err
@@ -294,7 +295,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := sha256.Sum256(y)
 	s := &Server{
 		cfg: cfg, su: su, eng: eng, rec: rec, runID: id[:16], yaml: y, log: cfg.Log,
 		fleet: fleet, paired: m.Coupling() == mech.Paired, pins: pinned, joined: map[uint32]time.Time{},
@@ -560,7 +560,13 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		return report.Round{}, err
 	}
 	rd := newServerRound(plan)
-	rd.secure = newSecureRound(plan, deadline)
+	identity := map[uint32]ed25519.PublicKey{}
+	for _, k := range plan.Clients {
+		if ss := s.sessions[uint32(k)]; ss != nil {
+			identity[uint32(k)] = ss.identity
+		}
+	}
+	rd.secure = newSecureRound(plan, deadline, identity)
 	s.round = rd
 	global := encodeTensors(plan.Global)
 	ranges := encodeRanges(plan.Ranges)
@@ -647,7 +653,40 @@ wait:
 	}
 	r, err := s.eng.End(plan)
 	r.SetupBytes = rd.setup // what was relayed, signatures and framing included
+	if rd.secure != nil {
+		if wrong := rd.secure.srv.WrongShares(); len(wrong) > 0 {
+			s.log.Printf("round %d: clients %v revealed shares that do not match their commitments; left out", t, wrong)
+		}
+	}
 	return r, err
+}
+
+// decline takes a client that declines the round out of it: no step
+// waits for it. s.mu is held.
+func (s *Server) decline(sess *session, d *pb.Decline) error {
+	rd := s.round
+	if rd == nil || d.GetRound() != uint32(rd.plan.T) {
+		return fmt.Errorf("declined round %d, which is not under way", d.GetRound())
+	}
+	pos, ok := rd.pos[sess.id]
+	if !ok {
+		return fmt.Errorf("round %d: declined, but not chosen", d.GetRound())
+	}
+	reason := d.GetReason()
+	if len(reason) > 300 {
+		reason = reason[:300] + "..."
+	}
+	s.log.Printf("round %d: client %d declined: %q", rd.plan.T, sess.id, reason)
+	if rd.state[pos] == waiting {
+		rd.state[pos] = refused
+		s.partnerGone(rd, pos)
+	}
+	if sr := rd.secure; sr != nil {
+		delete(sr.survivors, sess.id)
+		sr.revealed[sess.id] = true
+	}
+	s.notify()
+	return nil
 }
 
 // keySharesDue tells the partner of each client that sent no key share by
@@ -712,9 +751,12 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 	}()
 	challenge := make([]byte, 32)
 	rand.Read(challenge)
-	if err := stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_Hello{Hello: &pb.Hello{
-		RunId: s.runID, Challenge: challenge, ConfigYaml: string(s.yaml),
-	}}}); err != nil {
+	hello := &pb.Hello{RunId: s.runID, Challenge: challenge, ConfigYaml: string(s.yaml)}
+	if s.cfg.Run.SecureAggregation {
+		c := s.eng.BeaconCommitment()
+		hello.Beacon = c[:]
+	}
+	if err := stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_Hello{Hello: hello}}); err != nil {
 		return err
 	}
 	m, err := recvWithin(stream, s.cfg.JoinTimeout)
@@ -925,8 +967,11 @@ func (s *Server) handle(sess *session, m *pb.ClientMessage) {
 			r.Error = err.Error()
 		}
 		sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Receipt{Receipt: r}})
-	case *pb.ClientMessage_SecaggKeys, *pb.ClientMessage_SecaggShares, *pb.ClientMessage_SecaggReveal:
+	case *pb.ClientMessage_SecaggKeys, *pb.ClientMessage_SecaggShares, *pb.ClientMessage_SecaggCheck,
+		*pb.ClientMessage_SecaggConsent, *pb.ClientMessage_SecaggReveal:
 		err = s.secureMessage(sess, m)
+	case *pb.ClientMessage_Decline:
+		err = s.decline(sess, b.Decline)
 	case *pb.ClientMessage_Join:
 		err = errors.New("a second Join")
 	default:
@@ -1023,8 +1068,8 @@ func (s *Server) upload(sess *session, u *pb.Upload) error {
 	switch sr := rd.secure; {
 	case sr == nil:
 		err = rd.plan.Add(pos, fl.Upload{Payloads: u.GetPayloads(), Examples: sess.examples, Loss: u.GetLoss()})
-	case sr.step != secureMasked || !sr.shared[sess.id]:
-		err = errors.New("a masked upload before its shares were delivered, or without shares")
+	case sr.step != secureMasked || !sr.kept[sess.id]:
+		err = errors.New("a masked upload outside the masking step, or from a client not kept for it")
 	default:
 		err = rd.plan.AddMasked(pos, u.GetMasked(), u.GetLoss())
 	}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -18,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -145,7 +148,61 @@ round it is chosen: trains from the global model, pairs up with its partner
 the round's mechanism and uploads it. Its privacy coins and keys come from
 its own randomness, which the server never sees. It reconnects by itself if
 the server restarts, and exits when the run is over.
+
+In a run with secure aggregation the client holds the server to its own
+policy (--policy FILE.yaml, or the flags, which win): it declines a round
+whose threshold or graph would let a server that deviates, with a fraction
+--secagg-corrupt of the clients, learn more than the sum, a round of fewer
+than --secagg-min-clients, a round of a secure run without secure
+aggregation, and a round it answered before (recorded in --state, across
+restarts). docs/security.md says what each protects against.
 `
+
+// clientPolicyFile is the YAML of fedpq client --policy: every key optional.
+type clientPolicyFile struct {
+	RequireSecureAggregation *bool    `yaml:"require_secure_aggregation"`
+	Corrupt                  *float64 `yaml:"corrupt"`
+	MinClients               *int     `yaml:"min_clients"`
+}
+
+// clientPolicy reads --policy, then lets the flags that were set win.
+func clientPolicy(path string, set map[string]bool, require bool, corrupt float64, minClients int) (transport.ClientPolicy, error) {
+	pol := transport.DefaultClientPolicy
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return pol, err
+		}
+		var f clientPolicyFile
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+			return pol, badValue{fmt.Errorf("%s: %w (keys: require_secure_aggregation, corrupt, min_clients)", path, err)}
+		}
+		if f.RequireSecureAggregation != nil {
+			pol.RequireSecure = *f.RequireSecureAggregation
+		}
+		if f.Corrupt != nil {
+			pol.SecAgg.Corrupt = *f.Corrupt
+		}
+		if f.MinClients != nil {
+			pol.SecAgg.MinClients = *f.MinClients
+		}
+	}
+	if set["require-secure-aggregation"] {
+		pol.RequireSecure = require
+	}
+	if set["secagg-corrupt"] {
+		pol.SecAgg.Corrupt = corrupt
+	}
+	if set["secagg-min-clients"] {
+		pol.SecAgg.MinClients = minClients
+	}
+	if err := pol.SecAgg.Validate(); err != nil {
+		return pol, badValue{err}
+	}
+	return pol, nil
+}
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("client", "--server ADDR --partition K/N [flags]", clientDescription, stderr)
@@ -160,6 +217,11 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against (default: the host of --server)")
 	seed := fs.String("seed", "", "seed the client's randomness (tests only: a deployment draws it from the system)")
 	retry := fs.Duration("retry-for", 5*time.Minute, "how long to keep reconnecting to a lost server")
+	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state beside the default key")
+	policyPath := fs.String("policy", "", "YAML file of the client's policy: require_secure_aggregation, corrupt, min_clients (the flags win)")
+	require := fs.Bool("require-secure-aggregation", false, "refuse a run without secure aggregation")
+	corrupt := fs.Float64("secagg-corrupt", transport.DefaultClientPolicy.SecAgg.Corrupt, "fraction of a round's clients that may collude with the server, which a secure round's threshold and graph must withstand")
+	minClients := fs.Int("secagg-min-clients", transport.DefaultClientPolicy.SecAgg.MinClients, "fewest clients a secure round may have")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -167,12 +229,24 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return badValue{err}
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	policy, err := clientPolicy(*policyPath, set, *require, *corrupt, *minClients)
+	if err != nil {
+		return err
+	}
 	if *token == "" {
 		*token = os.Getenv("FEDPQ_TOKEN")
 	}
 	logger := log.New(stderr, fmt.Sprintf("fedpq client %d: ", k), log.LstdFlags)
 	cfg := transport.ClientConfig{
 		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Token: *token, RetryFor: *retry, Log: logger,
+		Policy: policy, State: *statePath,
+	}
+	if cfg.State == "" {
+		if cfg.State, err = clientFile(k, n, "state"); err != nil {
+			logger.Printf("no --state and no config directory (%v): the rounds answered are remembered by this process only", err)
+		}
 	}
 	if cfg.Key, err = clientKey(*keyPath, k, n, logger); err != nil {
 		return err
@@ -226,12 +300,11 @@ func clientKey(path string, k, n int, logger *log.Logger) (ed25519.PrivateKey, e
 	if path != "" {
 		return transport.LoadKey(path)
 	}
-	dir, err := os.UserConfigDir()
+	path, err := clientFile(k, n, "key")
 	if err != nil {
 		logger.Printf("no --key and no config directory (%v): a new identity key for this process only", err)
 		return transport.NewKey(), nil
 	}
-	path = filepath.Join(dir, "fedpq", fmt.Sprintf("client-%d-of-%d.key", k, n))
 	if key, err := transport.LoadKey(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return key, err
 	}
@@ -244,6 +317,16 @@ func clientKey(path string, k, n int, logger *log.Logger) (ed25519.PrivateKey, e
 	}
 	logger.Printf("made an identity key for client %d of %d in %s (roster line: %d %s)", k, n, path, k, transport.PublicString(key))
 	return key, nil
+}
+
+// clientFile is client K of N's file of the given kind in the user's
+// config directory: fedpq/client-K-of-N.KIND.
+func clientFile(k, n int, kind string) (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "fedpq", fmt.Sprintf("client-%d-of-%d.%s", k, n, kind)), nil
 }
 
 // parsePartitionFlag reads K/N.

@@ -332,7 +332,7 @@ func TestSecureDeploymentProcesses(t *testing.T) {
 		clients[k] = start(t, fmt.Sprintf("client %d", k), "client", "--server", addr, "--partition", fmt.Sprintf("%d/8", k),
 			"--token", "secure-test", "--seed", fmt.Sprint(k), "--retry-for", "1m")
 	}
-	clients[3].await(t, `round 2: sent its shares`, 2*time.Minute)
+	clients[3].await(t, `round 2: dealt its shares`, 2*time.Minute)
 	clients[3].cmd.Process.Kill()
 	clients[5].await(t, `round 2: upload accepted`, 2*time.Minute)
 	clients[5].cmd.Process.Kill()

@@ -42,6 +42,9 @@ type ClientMessage struct {
 	//	*ClientMessage_SecaggKeys
 	//	*ClientMessage_SecaggShares
 	//	*ClientMessage_SecaggReveal
+	//	*ClientMessage_SecaggCheck
+	//	*ClientMessage_SecaggConsent
+	//	*ClientMessage_Decline
 	Body          isClientMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -147,6 +150,33 @@ func (x *ClientMessage) GetSecaggReveal() *SecAggReveal {
 	return nil
 }
 
+func (x *ClientMessage) GetSecaggCheck() *SecAggCheck {
+	if x != nil {
+		if x, ok := x.Body.(*ClientMessage_SecaggCheck); ok {
+			return x.SecaggCheck
+		}
+	}
+	return nil
+}
+
+func (x *ClientMessage) GetSecaggConsent() *SecAggConsent {
+	if x != nil {
+		if x, ok := x.Body.(*ClientMessage_SecaggConsent); ok {
+			return x.SecaggConsent
+		}
+	}
+	return nil
+}
+
+func (x *ClientMessage) GetDecline() *Decline {
+	if x != nil {
+		if x, ok := x.Body.(*ClientMessage_Decline); ok {
+			return x.Decline
+		}
+	}
+	return nil
+}
+
 type isClientMessage_Body interface {
 	isClientMessage_Body()
 }
@@ -179,6 +209,18 @@ type ClientMessage_SecaggReveal struct {
 	SecaggReveal *SecAggReveal `protobuf:"bytes,7,opt,name=secagg_reveal,json=secaggReveal,proto3,oneof"`
 }
 
+type ClientMessage_SecaggCheck struct {
+	SecaggCheck *SecAggCheck `protobuf:"bytes,8,opt,name=secagg_check,json=secaggCheck,proto3,oneof"`
+}
+
+type ClientMessage_SecaggConsent struct {
+	SecaggConsent *SecAggConsent `protobuf:"bytes,9,opt,name=secagg_consent,json=secaggConsent,proto3,oneof"`
+}
+
+type ClientMessage_Decline struct {
+	Decline *Decline `protobuf:"bytes,10,opt,name=decline,proto3,oneof"`
+}
+
 func (*ClientMessage_Join) isClientMessage_Body() {}
 
 func (*ClientMessage_KeyShare) isClientMessage_Body() {}
@@ -192,6 +234,12 @@ func (*ClientMessage_SecaggKeys) isClientMessage_Body() {}
 func (*ClientMessage_SecaggShares) isClientMessage_Body() {}
 
 func (*ClientMessage_SecaggReveal) isClientMessage_Body() {}
+
+func (*ClientMessage_SecaggCheck) isClientMessage_Body() {}
+
+func (*ClientMessage_SecaggConsent) isClientMessage_Body() {}
+
+func (*ClientMessage_Decline) isClientMessage_Body() {}
 
 type ServerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -208,6 +256,8 @@ type ServerMessage struct {
 	//	*ServerMessage_SecaggPeers
 	//	*ServerMessage_SecaggInbox
 	//	*ServerMessage_SecaggUnmask
+	//	*ServerMessage_SecaggPartners
+	//	*ServerMessage_SecaggConsents
 	Body          isServerMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -349,6 +399,24 @@ func (x *ServerMessage) GetSecaggUnmask() *SecAggUnmask {
 	return nil
 }
 
+func (x *ServerMessage) GetSecaggPartners() *SecAggPartners {
+	if x != nil {
+		if x, ok := x.Body.(*ServerMessage_SecaggPartners); ok {
+			return x.SecaggPartners
+		}
+	}
+	return nil
+}
+
+func (x *ServerMessage) GetSecaggConsents() *SecAggConsents {
+	if x != nil {
+		if x, ok := x.Body.(*ServerMessage_SecaggConsents); ok {
+			return x.SecaggConsents
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Body interface {
 	isServerMessage_Body()
 }
@@ -397,6 +465,14 @@ type ServerMessage_SecaggUnmask struct {
 	SecaggUnmask *SecAggUnmask `protobuf:"bytes,11,opt,name=secagg_unmask,json=secaggUnmask,proto3,oneof"`
 }
 
+type ServerMessage_SecaggPartners struct {
+	SecaggPartners *SecAggPartners `protobuf:"bytes,12,opt,name=secagg_partners,json=secaggPartners,proto3,oneof"`
+}
+
+type ServerMessage_SecaggConsents struct {
+	SecaggConsents *SecAggConsents `protobuf:"bytes,13,opt,name=secagg_consents,json=secaggConsents,proto3,oneof"`
+}
+
 func (*ServerMessage_Hello) isServerMessage_Body() {}
 
 func (*ServerMessage_Welcome) isServerMessage_Body() {}
@@ -419,12 +495,17 @@ func (*ServerMessage_SecaggInbox) isServerMessage_Body() {}
 
 func (*ServerMessage_SecaggUnmask) isServerMessage_Body() {}
 
+func (*ServerMessage_SecaggPartners) isServerMessage_Body() {}
+
+func (*ServerMessage_SecaggConsents) isServerMessage_Body() {}
+
 // Hello opens a session.
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunId         []byte                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`                // 16 bytes naming the run; the same after a restart
 	Challenge     []byte                 `protobuf:"bytes,2,opt,name=challenge,proto3" json:"challenge,omitempty"`                     // 32 fresh random bytes for the Join to sign
 	ConfigYaml    string                 `protobuf:"bytes,3,opt,name=config_yaml,json=configYaml,proto3" json:"config_yaml,omitempty"` // the run's configuration: data, model, mechanism
+	Beacon        []byte                 `protobuf:"bytes,4,opt,name=beacon,proto3" json:"beacon,omitempty"`                           // secure runs: the commitment SHA-256^(R+1)(g) to the chain of
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -478,6 +559,13 @@ func (x *Hello) GetConfigYaml() string {
 		return x.ConfigYaml
 	}
 	return ""
+}
+
+func (x *Hello) GetBeacon() []byte {
+	if x != nil {
+		return x.Beacon
+	}
+	return nil
 }
 
 // Join enrolls the client for the run.
@@ -1062,16 +1150,19 @@ func (x *Upload) GetMasked() []byte {
 // SecAgg is a secure round's public settings (package secagg), in its
 // RoundStart. A secure round runs, after each client has trained and
 // encoded: its keys (SecAggKeys), the neighbours' keys relayed
-// (SecAggPeers), its sealed shares (SecAggShares), the shares addressed
-// to it (SecAggInbox), its masked upload, and, once the uploads are in,
-// its answer (SecAggReveal) to the request to unmask (SecAggUnmask).
+// (SecAggPeers), its dealing (SecAggShares), the dealings addressed to it
+// (SecAggInbox), its complaints (SecAggCheck), its partners
+// (SecAggPartners), its masked upload, and, once the uploads are in, the
+// request to unmask (SecAggUnmask), its signed consent (SecAggConsent), its
+// holders' consents (SecAggConsents) and its shares (SecAggReveal).
 type SecAgg struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Bits          uint32                 `protobuf:"varint,1,opt,name=bits,proto3" json:"bits,omitempty"`              // k: the masked fields live in Z_2^k
 	Degree        uint32                 `protobuf:"varint,2,opt,name=degree,proto3" json:"degree,omitempty"`          // neighbours per client; 0: every other client
 	Threshold     uint32                 `protobuf:"varint,3,opt,name=threshold,proto3" json:"threshold,omitempty"`    // shares that rebuild a secret
-	Seed          []byte                 `protobuf:"bytes,4,opt,name=seed,proto3" json:"seed,omitempty"`               // the session seed: neighbour graph, key derivations
+	Seed          []byte                 `protobuf:"bytes,4,opt,name=seed,proto3" json:"seed,omitempty"`               // the session seed: SHA-256 of the run id, round, clients and beacon
 	Clients       []uint32               `protobuf:"varint,5,rep,packed,name=clients,proto3" json:"clients,omitempty"` // the round's clients by id
+	Beacon        []byte                 `protobuf:"bytes,6,opt,name=beacon,proto3" json:"beacon,omitempty"`           // round t's beacon SHA-256^(R+1-t)(g): t hashes give Hello.beacon
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1141,14 +1232,21 @@ func (x *SecAgg) GetClients() []uint32 {
 	return nil
 }
 
-// SecAggKeys is a client's two X25519 public keys for a secure round,
-// signed with its identity key.
+func (x *SecAgg) GetBeacon() []byte {
+	if x != nil {
+		return x.Beacon
+	}
+	return nil
+}
+
+// SecAggKeys is a client's two public keys for a secure round, signed with
+// its identity key.
 type SecAggKeys struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
 	Client        uint32                 `protobuf:"varint,2,opt,name=client,proto3" json:"client,omitempty"`
-	C             []byte                 `protobuf:"bytes,3,opt,name=c,proto3" json:"c,omitempty"`                 // seals shares to the neighbours
-	S             []byte                 `protobuf:"bytes,4,opt,name=s,proto3" json:"s,omitempty"`                 // makes the pairwise masks
+	C             []byte                 `protobuf:"bytes,3,opt,name=c,proto3" json:"c,omitempty"`                 // X25519: seals the shares dealt to it
+	S             []byte                 `protobuf:"bytes,4,opt,name=s,proto3" json:"s,omitempty"`                 // ristretto255: its mask key
 	Signature     []byte                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"` // Ed25519 over the secagg-keys context, run id, round, client, c, s
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1288,6 +1386,7 @@ type SecAggShare struct {
 	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
 	To            uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
 	Ciphertext    []byte                 `protobuf:"bytes,3,opt,name=ciphertext,proto3" json:"ciphertext,omitempty"`
+	Values        []byte                 `protobuf:"bytes,4,opt,name=values,proto3" json:"values,omitempty"` // in a delivery: the holder's two committed values
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1343,12 +1442,21 @@ func (x *SecAggShare) GetCiphertext() []byte {
 	return nil
 }
 
-// SecAggShares carries a client's sealed shares to the server, or the
-// server's delivery of those addressed to a client.
+func (x *SecAggShare) GetValues() []byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// SecAggShares carries a client's dealing to the server (its sealed shares
+// and the commitments to its polynomials' values), or the server's
+// delivery of the dealings addressed to a client.
 type SecAggShares struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
 	Shares        []*SecAggShare         `protobuf:"bytes,2,rep,name=shares,proto3" json:"shares,omitempty"`
+	Values        []byte                 `protobuf:"bytes,3,opt,name=values,proto3" json:"values,omitempty"` // a dealing's commitments: 2m+1 ristretto255 elements
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1397,6 +1505,119 @@ func (x *SecAggShares) GetShares() []*SecAggShare {
 	return nil
 }
 
+func (x *SecAggShares) GetValues() []byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// SecAggCheck names the dealers whose shares a client found wrong.
+type SecAggCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Complaints    []uint32               `protobuf:"varint,2,rep,packed,name=complaints,proto3" json:"complaints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggCheck) Reset() {
+	*x = SecAggCheck{}
+	mi := &file_fedpq_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggCheck) ProtoMessage() {}
+
+func (x *SecAggCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggCheck.ProtoReflect.Descriptor instead.
+func (*SecAggCheck) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SecAggCheck) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggCheck) GetComplaints() []uint32 {
+	if x != nil {
+		return x.Complaints
+	}
+	return nil
+}
+
+// SecAggPartners names the neighbours a kept client masks with.
+type SecAggPartners struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Partners      []uint32               `protobuf:"varint,2,rep,packed,name=partners,proto3" json:"partners,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggPartners) Reset() {
+	*x = SecAggPartners{}
+	mi := &file_fedpq_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggPartners) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggPartners) ProtoMessage() {}
+
+func (x *SecAggPartners) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggPartners.ProtoReflect.Descriptor instead.
+func (*SecAggPartners) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SecAggPartners) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggPartners) GetPartners() []uint32 {
+	if x != nil {
+		return x.Partners
+	}
+	return nil
+}
+
 // SecAggUnmask asks a surviving client for its shares: of the self-mask
 // seed of each survivor, of the mask seed of each dropped client.
 type SecAggUnmask struct {
@@ -1410,7 +1631,7 @@ type SecAggUnmask struct {
 
 func (x *SecAggUnmask) Reset() {
 	*x = SecAggUnmask{}
-	mi := &file_fedpq_proto_msgTypes[16]
+	mi := &file_fedpq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1643,7 @@ func (x *SecAggUnmask) String() string {
 func (*SecAggUnmask) ProtoMessage() {}
 
 func (x *SecAggUnmask) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[16]
+	mi := &file_fedpq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1656,7 @@ func (x *SecAggUnmask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggUnmask.ProtoReflect.Descriptor instead.
 func (*SecAggUnmask) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{16}
+	return file_fedpq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SecAggUnmask) GetRound() uint32 {
@@ -1459,6 +1680,175 @@ func (x *SecAggUnmask) GetDropped() []uint32 {
 	return nil
 }
 
+// SecAggConsent is a survivor's consent to the unmask request: its
+// signature over the request's digest (package secagg).
+type SecAggConsent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"` // Ed25519 over the secagg-consent context, run id, round, digest
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggConsent) Reset() {
+	*x = SecAggConsent{}
+	mi := &file_fedpq_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggConsent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggConsent) ProtoMessage() {}
+
+func (x *SecAggConsent) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggConsent.ProtoReflect.Descriptor instead.
+func (*SecAggConsent) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SecAggConsent) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggConsent) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// SecAggConsents relays to a survivor the consents of its share holders.
+type SecAggConsents struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Clients       []uint32               `protobuf:"varint,2,rep,packed,name=clients,proto3" json:"clients,omitempty"`
+	Signatures    [][]byte               `protobuf:"bytes,3,rep,name=signatures,proto3" json:"signatures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggConsents) Reset() {
+	*x = SecAggConsents{}
+	mi := &file_fedpq_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggConsents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggConsents) ProtoMessage() {}
+
+func (x *SecAggConsents) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggConsents.ProtoReflect.Descriptor instead.
+func (*SecAggConsents) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SecAggConsents) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggConsents) GetClients() []uint32 {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+func (x *SecAggConsents) GetSignatures() [][]byte {
+	if x != nil {
+		return x.Signatures
+	}
+	return nil
+}
+
+// Decline tells the server that the client takes no part in a round: its
+// policy refused the round's settings, or it answered the round before.
+type Decline struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Decline) Reset() {
+	*x = Decline{}
+	mi := &file_fedpq_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Decline) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Decline) ProtoMessage() {}
+
+func (x *Decline) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Decline.ProtoReflect.Descriptor instead.
+func (*Decline) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Decline) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *Decline) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // SecAggSecret is a share of one client's secret.
 type SecAggSecret struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1470,7 +1860,7 @@ type SecAggSecret struct {
 
 func (x *SecAggSecret) Reset() {
 	*x = SecAggSecret{}
-	mi := &file_fedpq_proto_msgTypes[17]
+	mi := &file_fedpq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1872,7 @@ func (x *SecAggSecret) String() string {
 func (*SecAggSecret) ProtoMessage() {}
 
 func (x *SecAggSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[17]
+	mi := &file_fedpq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1885,7 @@ func (x *SecAggSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggSecret.ProtoReflect.Descriptor instead.
 func (*SecAggSecret) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{17}
+	return file_fedpq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SecAggSecret) GetOwner() uint32 {
@@ -1524,7 +1914,7 @@ type SecAggReveal struct {
 
 func (x *SecAggReveal) Reset() {
 	*x = SecAggReveal{}
-	mi := &file_fedpq_proto_msgTypes[18]
+	mi := &file_fedpq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1926,7 @@ func (x *SecAggReveal) String() string {
 func (*SecAggReveal) ProtoMessage() {}
 
 func (x *SecAggReveal) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[18]
+	mi := &file_fedpq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1939,7 @@ func (x *SecAggReveal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggReveal.ProtoReflect.Descriptor instead.
 func (*SecAggReveal) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{18}
+	return file_fedpq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SecAggReveal) GetRound() uint32 {
@@ -1585,7 +1975,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_fedpq_proto_msgTypes[19]
+	mi := &file_fedpq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1987,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[19]
+	mi := &file_fedpq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +2000,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{19}
+	return file_fedpq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Receipt) GetRound() uint32 {
@@ -1644,7 +2034,7 @@ type Finished struct {
 
 func (x *Finished) Reset() {
 	*x = Finished{}
-	mi := &file_fedpq_proto_msgTypes[20]
+	mi := &file_fedpq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +2046,7 @@ func (x *Finished) String() string {
 func (*Finished) ProtoMessage() {}
 
 func (x *Finished) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[20]
+	mi := &file_fedpq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +2059,7 @@ func (x *Finished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finished.ProtoReflect.Descriptor instead.
 func (*Finished) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{20}
+	return file_fedpq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Finished) GetRounds() uint32 {
@@ -1683,7 +2073,7 @@ var File_fedpq_proto protoreflect.FileDescriptor
 
 const file_fedpq_proto_rawDesc = "" +
 	"\n" +
-	"\vfedpq.proto\x12\bfedpq.v1\"\xff\x02\n" +
+	"\vfedpq.proto\x12\bfedpq.v1\"\xac\x04\n" +
 	"\rClientMessage\x12$\n" +
 	"\x04join\x18\x01 \x01(\v2\x0e.fedpq.v1.JoinH\x00R\x04join\x121\n" +
 	"\tkey_share\x18\x02 \x01(\v2\x12.fedpq.v1.KeyShareH\x00R\bkeyShare\x12*\n" +
@@ -1692,8 +2082,12 @@ const file_fedpq_proto_rawDesc = "" +
 	"\vsecagg_keys\x18\x05 \x01(\v2\x14.fedpq.v1.SecAggKeysH\x00R\n" +
 	"secaggKeys\x12=\n" +
 	"\rsecagg_shares\x18\x06 \x01(\v2\x16.fedpq.v1.SecAggSharesH\x00R\fsecaggShares\x12=\n" +
-	"\rsecagg_reveal\x18\a \x01(\v2\x16.fedpq.v1.SecAggRevealH\x00R\fsecaggRevealB\x06\n" +
-	"\x04body\"\xef\x04\n" +
+	"\rsecagg_reveal\x18\a \x01(\v2\x16.fedpq.v1.SecAggRevealH\x00R\fsecaggReveal\x12:\n" +
+	"\fsecagg_check\x18\b \x01(\v2\x15.fedpq.v1.SecAggCheckH\x00R\vsecaggCheck\x12@\n" +
+	"\x0esecagg_consent\x18\t \x01(\v2\x17.fedpq.v1.SecAggConsentH\x00R\rsecaggConsent\x12-\n" +
+	"\adecline\x18\n" +
+	" \x01(\v2\x11.fedpq.v1.DeclineH\x00R\adeclineB\x06\n" +
+	"\x04body\"\xf9\x05\n" +
 	"\rServerMessage\x12'\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0f.fedpq.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\awelcome\x18\x02 \x01(\v2\x11.fedpq.v1.WelcomeH\x00R\awelcome\x127\n" +
@@ -1708,13 +2102,16 @@ const file_fedpq_proto_rawDesc = "" +
 	"\fsecagg_peers\x18\t \x01(\v2\x15.fedpq.v1.SecAggPeersH\x00R\vsecaggPeers\x12;\n" +
 	"\fsecagg_inbox\x18\n" +
 	" \x01(\v2\x16.fedpq.v1.SecAggSharesH\x00R\vsecaggInbox\x12=\n" +
-	"\rsecagg_unmask\x18\v \x01(\v2\x16.fedpq.v1.SecAggUnmaskH\x00R\fsecaggUnmaskB\x06\n" +
-	"\x04body\"]\n" +
+	"\rsecagg_unmask\x18\v \x01(\v2\x16.fedpq.v1.SecAggUnmaskH\x00R\fsecaggUnmask\x12C\n" +
+	"\x0fsecagg_partners\x18\f \x01(\v2\x18.fedpq.v1.SecAggPartnersH\x00R\x0esecaggPartners\x12C\n" +
+	"\x0fsecagg_consents\x18\r \x01(\v2\x18.fedpq.v1.SecAggConsentsH\x00R\x0esecaggConsentsB\x06\n" +
+	"\x04body\"u\n" +
 	"\x05Hello\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\fR\x05runId\x12\x1c\n" +
 	"\tchallenge\x18\x02 \x01(\fR\tchallenge\x12\x1f\n" +
 	"\vconfig_yaml\x18\x03 \x01(\tR\n" +
-	"configYaml\"\xa4\x01\n" +
+	"configYaml\x12\x16\n" +
+	"\x06beacon\x18\x04 \x01(\fR\x06beacon\"\xa4\x01\n" +
 	"\x04Join\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\rR\x06client\x12\x18\n" +
 	"\aclients\x18\x02 \x01(\rR\aclients\x12\x1a\n" +
@@ -1766,13 +2163,14 @@ const file_fedpq_proto_rawDesc = "" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1a\n" +
 	"\bpayloads\x18\x02 \x03(\fR\bpayloads\x12\x12\n" +
 	"\x04loss\x18\x03 \x01(\x01R\x04loss\x12\x16\n" +
-	"\x06masked\x18\x04 \x01(\fR\x06masked\"\x80\x01\n" +
+	"\x06masked\x18\x04 \x01(\fR\x06masked\"\x98\x01\n" +
 	"\x06SecAgg\x12\x12\n" +
 	"\x04bits\x18\x01 \x01(\rR\x04bits\x12\x16\n" +
 	"\x06degree\x18\x02 \x01(\rR\x06degree\x12\x1c\n" +
 	"\tthreshold\x18\x03 \x01(\rR\tthreshold\x12\x12\n" +
 	"\x04seed\x18\x04 \x01(\fR\x04seed\x12\x18\n" +
-	"\aclients\x18\x05 \x03(\rR\aclients\"t\n" +
+	"\aclients\x18\x05 \x03(\rR\aclients\x12\x16\n" +
+	"\x06beacon\x18\x06 \x01(\fR\x06beacon\"t\n" +
 	"\n" +
 	"SecAggKeys\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x16\n" +
@@ -1785,20 +2183,42 @@ const file_fedpq_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\v2\x14.fedpq.v1.SecAggKeysR\x04keys\x12\x1e\n" +
 	"\n" +
 	"identities\x18\x03 \x03(\fR\n" +
-	"identities\"Q\n" +
+	"identities\"i\n" +
 	"\vSecAggShare\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x1e\n" +
 	"\n" +
 	"ciphertext\x18\x03 \x01(\fR\n" +
-	"ciphertext\"S\n" +
+	"ciphertext\x12\x16\n" +
+	"\x06values\x18\x04 \x01(\fR\x06values\"k\n" +
 	"\fSecAggShares\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12-\n" +
-	"\x06shares\x18\x02 \x03(\v2\x15.fedpq.v1.SecAggShareR\x06shares\"\\\n" +
+	"\x06shares\x18\x02 \x03(\v2\x15.fedpq.v1.SecAggShareR\x06shares\x12\x16\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\"C\n" +
+	"\vSecAggCheck\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1e\n" +
+	"\n" +
+	"complaints\x18\x02 \x03(\rR\n" +
+	"complaints\"B\n" +
+	"\x0eSecAggPartners\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1a\n" +
+	"\bpartners\x18\x02 \x03(\rR\bpartners\"\\\n" +
 	"\fSecAggUnmask\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1c\n" +
 	"\tsurvivors\x18\x02 \x03(\rR\tsurvivors\x12\x18\n" +
-	"\adropped\x18\x03 \x03(\rR\adropped\":\n" +
+	"\adropped\x18\x03 \x03(\rR\adropped\"C\n" +
+	"\rSecAggConsent\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"`\n" +
+	"\x0eSecAggConsents\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12\x18\n" +
+	"\aclients\x18\x02 \x03(\rR\aclients\x12\x1e\n" +
+	"\n" +
+	"signatures\x18\x03 \x03(\fR\n" +
+	"signatures\"7\n" +
+	"\aDecline\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\":\n" +
 	"\fSecAggSecret\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\rR\x05owner\x12\x14\n" +
 	"\x05share\x18\x02 \x01(\fR\x05share\"|\n" +
@@ -1828,29 +2248,34 @@ func file_fedpq_proto_rawDescGZIP() []byte {
 	return file_fedpq_proto_rawDescData
 }
 
-var file_fedpq_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_fedpq_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_fedpq_proto_goTypes = []any{
-	(*ClientMessage)(nil), // 0: fedpq.v1.ClientMessage
-	(*ServerMessage)(nil), // 1: fedpq.v1.ServerMessage
-	(*Hello)(nil),         // 2: fedpq.v1.Hello
-	(*Join)(nil),          // 3: fedpq.v1.Join
-	(*Welcome)(nil),       // 4: fedpq.v1.Welcome
-	(*Range)(nil),         // 5: fedpq.v1.Range
-	(*RoundStart)(nil),    // 6: fedpq.v1.RoundStart
-	(*KeyShare)(nil),      // 7: fedpq.v1.KeyShare
-	(*Sealed)(nil),        // 8: fedpq.v1.Sealed
-	(*PartnerGone)(nil),   // 9: fedpq.v1.PartnerGone
-	(*Upload)(nil),        // 10: fedpq.v1.Upload
-	(*SecAgg)(nil),        // 11: fedpq.v1.SecAgg
-	(*SecAggKeys)(nil),    // 12: fedpq.v1.SecAggKeys
-	(*SecAggPeers)(nil),   // 13: fedpq.v1.SecAggPeers
-	(*SecAggShare)(nil),   // 14: fedpq.v1.SecAggShare
-	(*SecAggShares)(nil),  // 15: fedpq.v1.SecAggShares
-	(*SecAggUnmask)(nil),  // 16: fedpq.v1.SecAggUnmask
-	(*SecAggSecret)(nil),  // 17: fedpq.v1.SecAggSecret
-	(*SecAggReveal)(nil),  // 18: fedpq.v1.SecAggReveal
-	(*Receipt)(nil),       // 19: fedpq.v1.Receipt
-	(*Finished)(nil),      // 20: fedpq.v1.Finished
+	(*ClientMessage)(nil),  // 0: fedpq.v1.ClientMessage
+	(*ServerMessage)(nil),  // 1: fedpq.v1.ServerMessage
+	(*Hello)(nil),          // 2: fedpq.v1.Hello
+	(*Join)(nil),           // 3: fedpq.v1.Join
+	(*Welcome)(nil),        // 4: fedpq.v1.Welcome
+	(*Range)(nil),          // 5: fedpq.v1.Range
+	(*RoundStart)(nil),     // 6: fedpq.v1.RoundStart
+	(*KeyShare)(nil),       // 7: fedpq.v1.KeyShare
+	(*Sealed)(nil),         // 8: fedpq.v1.Sealed
+	(*PartnerGone)(nil),    // 9: fedpq.v1.PartnerGone
+	(*Upload)(nil),         // 10: fedpq.v1.Upload
+	(*SecAgg)(nil),         // 11: fedpq.v1.SecAgg
+	(*SecAggKeys)(nil),     // 12: fedpq.v1.SecAggKeys
+	(*SecAggPeers)(nil),    // 13: fedpq.v1.SecAggPeers
+	(*SecAggShare)(nil),    // 14: fedpq.v1.SecAggShare
+	(*SecAggShares)(nil),   // 15: fedpq.v1.SecAggShares
+	(*SecAggCheck)(nil),    // 16: fedpq.v1.SecAggCheck
+	(*SecAggPartners)(nil), // 17: fedpq.v1.SecAggPartners
+	(*SecAggUnmask)(nil),   // 18: fedpq.v1.SecAggUnmask
+	(*SecAggConsent)(nil),  // 19: fedpq.v1.SecAggConsent
+	(*SecAggConsents)(nil), // 20: fedpq.v1.SecAggConsents
+	(*Decline)(nil),        // 21: fedpq.v1.Decline
+	(*SecAggSecret)(nil),   // 22: fedpq.v1.SecAggSecret
+	(*SecAggReveal)(nil),   // 23: fedpq.v1.SecAggReveal
+	(*Receipt)(nil),        // 24: fedpq.v1.Receipt
+	(*Finished)(nil),       // 25: fedpq.v1.Finished
 }
 var file_fedpq_proto_depIdxs = []int32{
 	3,  // 0: fedpq.v1.ClientMessage.join:type_name -> fedpq.v1.Join
@@ -1859,31 +2284,36 @@ var file_fedpq_proto_depIdxs = []int32{
 	10, // 3: fedpq.v1.ClientMessage.upload:type_name -> fedpq.v1.Upload
 	12, // 4: fedpq.v1.ClientMessage.secagg_keys:type_name -> fedpq.v1.SecAggKeys
 	15, // 5: fedpq.v1.ClientMessage.secagg_shares:type_name -> fedpq.v1.SecAggShares
-	18, // 6: fedpq.v1.ClientMessage.secagg_reveal:type_name -> fedpq.v1.SecAggReveal
-	2,  // 7: fedpq.v1.ServerMessage.hello:type_name -> fedpq.v1.Hello
-	4,  // 8: fedpq.v1.ServerMessage.welcome:type_name -> fedpq.v1.Welcome
-	6,  // 9: fedpq.v1.ServerMessage.round_start:type_name -> fedpq.v1.RoundStart
-	7,  // 10: fedpq.v1.ServerMessage.partner_key:type_name -> fedpq.v1.KeyShare
-	8,  // 11: fedpq.v1.ServerMessage.partner_sealed:type_name -> fedpq.v1.Sealed
-	9,  // 12: fedpq.v1.ServerMessage.partner_gone:type_name -> fedpq.v1.PartnerGone
-	19, // 13: fedpq.v1.ServerMessage.receipt:type_name -> fedpq.v1.Receipt
-	20, // 14: fedpq.v1.ServerMessage.finished:type_name -> fedpq.v1.Finished
-	13, // 15: fedpq.v1.ServerMessage.secagg_peers:type_name -> fedpq.v1.SecAggPeers
-	15, // 16: fedpq.v1.ServerMessage.secagg_inbox:type_name -> fedpq.v1.SecAggShares
-	16, // 17: fedpq.v1.ServerMessage.secagg_unmask:type_name -> fedpq.v1.SecAggUnmask
-	5,  // 18: fedpq.v1.RoundStart.ranges:type_name -> fedpq.v1.Range
-	11, // 19: fedpq.v1.RoundStart.secagg:type_name -> fedpq.v1.SecAgg
-	12, // 20: fedpq.v1.SecAggPeers.keys:type_name -> fedpq.v1.SecAggKeys
-	14, // 21: fedpq.v1.SecAggShares.shares:type_name -> fedpq.v1.SecAggShare
-	17, // 22: fedpq.v1.SecAggReveal.self:type_name -> fedpq.v1.SecAggSecret
-	17, // 23: fedpq.v1.SecAggReveal.pair:type_name -> fedpq.v1.SecAggSecret
-	0,  // 24: fedpq.v1.Federation.Session:input_type -> fedpq.v1.ClientMessage
-	1,  // 25: fedpq.v1.Federation.Session:output_type -> fedpq.v1.ServerMessage
-	25, // [25:26] is the sub-list for method output_type
-	24, // [24:25] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	23, // 6: fedpq.v1.ClientMessage.secagg_reveal:type_name -> fedpq.v1.SecAggReveal
+	16, // 7: fedpq.v1.ClientMessage.secagg_check:type_name -> fedpq.v1.SecAggCheck
+	19, // 8: fedpq.v1.ClientMessage.secagg_consent:type_name -> fedpq.v1.SecAggConsent
+	21, // 9: fedpq.v1.ClientMessage.decline:type_name -> fedpq.v1.Decline
+	2,  // 10: fedpq.v1.ServerMessage.hello:type_name -> fedpq.v1.Hello
+	4,  // 11: fedpq.v1.ServerMessage.welcome:type_name -> fedpq.v1.Welcome
+	6,  // 12: fedpq.v1.ServerMessage.round_start:type_name -> fedpq.v1.RoundStart
+	7,  // 13: fedpq.v1.ServerMessage.partner_key:type_name -> fedpq.v1.KeyShare
+	8,  // 14: fedpq.v1.ServerMessage.partner_sealed:type_name -> fedpq.v1.Sealed
+	9,  // 15: fedpq.v1.ServerMessage.partner_gone:type_name -> fedpq.v1.PartnerGone
+	24, // 16: fedpq.v1.ServerMessage.receipt:type_name -> fedpq.v1.Receipt
+	25, // 17: fedpq.v1.ServerMessage.finished:type_name -> fedpq.v1.Finished
+	13, // 18: fedpq.v1.ServerMessage.secagg_peers:type_name -> fedpq.v1.SecAggPeers
+	15, // 19: fedpq.v1.ServerMessage.secagg_inbox:type_name -> fedpq.v1.SecAggShares
+	18, // 20: fedpq.v1.ServerMessage.secagg_unmask:type_name -> fedpq.v1.SecAggUnmask
+	17, // 21: fedpq.v1.ServerMessage.secagg_partners:type_name -> fedpq.v1.SecAggPartners
+	20, // 22: fedpq.v1.ServerMessage.secagg_consents:type_name -> fedpq.v1.SecAggConsents
+	5,  // 23: fedpq.v1.RoundStart.ranges:type_name -> fedpq.v1.Range
+	11, // 24: fedpq.v1.RoundStart.secagg:type_name -> fedpq.v1.SecAgg
+	12, // 25: fedpq.v1.SecAggPeers.keys:type_name -> fedpq.v1.SecAggKeys
+	14, // 26: fedpq.v1.SecAggShares.shares:type_name -> fedpq.v1.SecAggShare
+	22, // 27: fedpq.v1.SecAggReveal.self:type_name -> fedpq.v1.SecAggSecret
+	22, // 28: fedpq.v1.SecAggReveal.pair:type_name -> fedpq.v1.SecAggSecret
+	0,  // 29: fedpq.v1.Federation.Session:input_type -> fedpq.v1.ClientMessage
+	1,  // 30: fedpq.v1.Federation.Session:output_type -> fedpq.v1.ServerMessage
+	30, // [30:31] is the sub-list for method output_type
+	29, // [29:30] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_fedpq_proto_init() }
@@ -1899,6 +2329,9 @@ func file_fedpq_proto_init() {
 		(*ClientMessage_SecaggKeys)(nil),
 		(*ClientMessage_SecaggShares)(nil),
 		(*ClientMessage_SecaggReveal)(nil),
+		(*ClientMessage_SecaggCheck)(nil),
+		(*ClientMessage_SecaggConsent)(nil),
+		(*ClientMessage_Decline)(nil),
 	}
 	file_fedpq_proto_msgTypes[1].OneofWrappers = []any{
 		(*ServerMessage_Hello)(nil),
@@ -1912,6 +2345,8 @@ func file_fedpq_proto_init() {
 		(*ServerMessage_SecaggPeers)(nil),
 		(*ServerMessage_SecaggInbox)(nil),
 		(*ServerMessage_SecaggUnmask)(nil),
+		(*ServerMessage_SecaggPartners)(nil),
+		(*ServerMessage_SecaggConsents)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1919,7 +2354,7 @@ func file_fedpq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fedpq_proto_rawDesc), len(file_fedpq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

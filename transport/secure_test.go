@@ -1,0 +1,403 @@
+package transport
+
+import (
+	"context"
+	"crypto/ed25519"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudflare/circl/group"
+
+	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/report"
+	"github.com/fedpq/fedpq/secagg"
+	pb "github.com/fedpq/fedpq/transport/fedpqpb"
+)
+
+// BadSignature is a deviation only a deployment has: keys whose signature
+// does not verify under the client's enrolled identity.
+const badSignature = secagg.Behaviour(-1)
+
+// hostile plays a client of secure rounds by hand, over the wire, with an
+// ldpq payload of zeros (every bit 0): each round it behaves as the next
+// of its behaviours says, leaving and joining again where a behaviour
+// leaves. It runs beside the honest clients (each step waits for every
+// client), so it returns its failure rather than end the test.
+type hostile struct {
+	t      *testing.T
+	addr   string
+	id, n  uint32
+	key    ed25519.PrivateKey
+	r      *raw
+	params int // the model's parameters: an ldpq field each
+}
+
+func newHostile(t *testing.T, addr string, id, n uint32, params int) (*hostile, error) {
+	h := &hostile{t: t, addr: addr, id: id, n: n, key: NewKey(), params: params}
+	return h, h.rejoin()
+}
+
+// rejoin opens a new session, once a second has passed since the last
+// join of the id (the server's limit).
+func (h *hostile) rejoin() error {
+	for try := 0; ; try++ {
+		r := dial(h.t, h.addr)
+		r.key = h.key
+		err := r.join(h.id, h.n, token)
+		if err == nil {
+			h.r = r
+			return nil
+		}
+		if try == 10 {
+			return err
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// next reads messages until one that want accepts.
+func (h *hostile) next(want func(*pb.ServerMessage) bool) (*pb.ServerMessage, error) {
+	for {
+		m, err := h.r.stream.Recv()
+		if err != nil || want(m) {
+			return m, err
+		}
+	}
+}
+
+func (h *hostile) send(m *pb.ClientMessage) error { return h.r.stream.Send(m) }
+
+// leave ends the session and joins again for the next round.
+func (h *hostile) leave() error {
+	h.r.stream.CloseSend()
+	return h.rejoin()
+}
+
+// play takes part in len(bs) rounds, round k behaving as bs[k].
+func (h *hostile) play(bs []secagg.Behaviour) error {
+	for k, b := range bs {
+		if err := h.round(b); err != nil {
+			return fmt.Errorf("round %d (%v): %w", k+1, b, err)
+		}
+	}
+	return nil
+}
+
+func (h *hostile) round(b secagg.Behaviour) error {
+	m, err := h.next(func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil })
+	if err != nil {
+		return err
+	}
+	rs := m.GetRoundStart()
+	t, sa := rs.GetRound(), rs.GetSecagg()
+	if sa == nil {
+		return errors.New("a secure run's RoundStart without its secure-aggregation settings")
+	}
+	p := secagg.Params{Bits: int(sa.GetBits()), Degree: int(sa.GetDegree()), Threshold: int(sa.GetThreshold()), Round: uint64(t), Seed: [32]byte(sa.GetSeed())}
+	var ids []uint64
+	for _, k := range sa.GetClients() {
+		ids = append(ids, uint64(k))
+	}
+	pol := secagg.Policy{MinClients: 1, MaxBits: 64}
+	cl, err := secagg.NewClient(p, pol, uint64(h.id), ids, crand.Reader)
+	if err != nil {
+		return err
+	}
+	cl.Deviate(b)
+	adv := cl.Keys()
+	if b == secagg.BadKeys {
+		adv = secagg.Advertised{C: make([]byte, 32), S: make([]byte, 32)}
+	}
+	keys := &pb.SecAggKeys{Round: t, Client: h.id, C: adv.C, S: adv.S}
+	keys.Signature = ed25519.Sign(h.key, secaggKeysSigned(h.r.hello.GetRunId(), keys))
+	if b == badSignature {
+		keys.Signature = ed25519.Sign(NewKey(), secaggKeysSigned(h.r.hello.GetRunId(), keys))
+	}
+	if err := h.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggKeys{SecaggKeys: keys}}); err != nil {
+		return err
+	}
+	if b == secagg.LeaveAfterKeys || b == secagg.BadKeys || b == badSignature {
+		return h.leave()
+	}
+	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggPeers() != nil }); err != nil {
+		return err
+	}
+	peers := map[uint64]secagg.Advertised{}
+	for _, k := range m.GetSecaggPeers().GetKeys() {
+		peers[uint64(k.GetClient())] = secagg.Advertised{C: k.GetC(), S: k.GetS()}
+	}
+	d, err := cl.Share(peers)
+	if err != nil {
+		return err
+	}
+	shares := &pb.SecAggShares{Round: t, Values: d.Values.Bytes()}
+	for _, to := range slices.Sorted(maps.Keys(d.Sealed)) {
+		ct := d.Sealed[to]
+		switch b {
+		case secagg.GarbageShares:
+			crand.Read(ct)
+		case secagg.ShortShares:
+			ct = ct[1:]
+		}
+		shares.Shares = append(shares.Shares, &pb.SecAggShare{From: h.id, To: uint32(to), Ciphertext: ct})
+	}
+	if b == secagg.InconsistentValues {
+		g, _ := group.Ristretto255.Generator().MarshalBinaryCompress()
+		copy(shares.Values[len(shares.Values)-32:], g)
+	}
+	if err := h.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: shares}}); err != nil {
+		return err
+	}
+	switch b {
+	case secagg.LeaveAfterShares, secagg.ShortShares, secagg.InconsistentValues:
+		return h.leave()
+	}
+	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggInbox() != nil }); err != nil {
+		return err
+	}
+	inbox := map[uint64]secagg.Delivery{}
+	for _, sh := range m.GetSecaggInbox().GetShares() {
+		inbox[uint64(sh.GetFrom())] = secagg.Delivery{Values: sh.GetValues(), Sealed: sh.GetCiphertext()}
+	}
+	complaints, err := cl.Check(inbox)
+	if err != nil {
+		return err
+	}
+	if b == secagg.FalseComplaints {
+		complaints = slices.Sorted(maps.Keys(inbox))
+	}
+	check := &pb.SecAggCheck{Round: t}
+	for _, j := range complaints {
+		check.Complaints = append(check.Complaints, uint32(j))
+	}
+	if err := h.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggCheck{SecaggCheck: check}}); err != nil {
+		return err
+	}
+	switch b {
+	case secagg.LeaveAfterCheck, secagg.GarbageShares, secagg.WrongShares:
+		return h.leave()
+	}
+	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggPartners() != nil }); err != nil {
+		return err
+	}
+	var partners []uint64
+	for _, j := range m.GetSecaggPartners().GetPartners() {
+		partners = append(partners, uint64(j))
+	}
+	y, err := cl.Mask(make([]uint64, h.params), partners)
+	if err != nil {
+		return err
+	}
+	if b == secagg.ShortMasked {
+		y = y[:len(y)-8]
+	}
+	if err := h.send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: t, Masked: fl.PackFields(y, p.Bits), Loss: 0.5}}}); err != nil {
+		return err
+	}
+	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetReceipt() != nil }); err != nil {
+		return err
+	}
+	if accepted := m.GetReceipt().GetAccepted(); accepted != (b != secagg.ShortMasked) {
+		return fmt.Errorf("masked upload accepted %v: %s", accepted, m.GetReceipt().GetError())
+	}
+	if b == secagg.LeaveAfterMask || b == secagg.ShortMasked {
+		return h.leave()
+	}
+	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggUnmask() != nil }); err != nil {
+		return err
+	}
+	var req secagg.Request
+	for _, j := range m.GetSecaggUnmask().GetSurvivors() {
+		req.Survivors = append(req.Survivors, uint64(j))
+	}
+	for _, j := range m.GetSecaggUnmask().GetDropped() {
+		req.Dropped = append(req.Dropped, uint64(j))
+	}
+	digest, err := cl.Consent(req)
+	if err != nil {
+		return err
+	}
+	if err := h.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggConsent{SecaggConsent: &pb.SecAggConsent{
+		Round: t, Signature: ed25519.Sign(h.key, secaggConsentSigned(h.r.hello.GetRunId(), t, digest)),
+	}}}); err != nil {
+		return err
+	}
+	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggConsents() != nil }); err != nil {
+		return err
+	}
+	var consenting []uint64
+	for _, j := range m.GetSecaggConsents().GetClients() {
+		consenting = append(consenting, uint64(j))
+	}
+	r, err := cl.Unmask(consenting)
+	if err != nil {
+		return err
+	}
+	rv := &pb.SecAggReveal{Round: t}
+	for _, o := range slices.Sorted(maps.Keys(r.Self)) {
+		share := r.Self[o]
+		switch b {
+		case secagg.WrongReveal:
+			share = slices.Clone(share)
+			share[0] ^= 1
+		case secagg.GarbageReveal:
+			share = make([]byte, 32)
+			share[31] = 0xff
+		}
+		rv.Self = append(rv.Self, &pb.SecAggSecret{Owner: uint32(o), Share: share})
+	}
+	for _, o := range slices.Sorted(maps.Keys(r.Pair)) {
+		rv.Pair = append(rv.Pair, &pb.SecAggSecret{Owner: uint32(o), Share: r.Pair[o]})
+	}
+	return h.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: rv}})
+}
+
+// deployedBehaviours is every deviation a client can send over the wire
+// (a commitment to another mask key than advertised cannot be: the server
+// takes S(0) from the advertised key).
+func deployedBehaviours() []secagg.Behaviour {
+	var bs []secagg.Behaviour
+	for _, b := range secagg.Behaviours {
+		if b != secagg.ForeignCommitments {
+			bs = append(bs, b)
+		}
+	}
+	return append(bs, badSignature)
+}
+
+// TestSecureBehaviours: a deployed secure run of ldpq with one hostile
+// client, which in each round deviates from the protocol in another way
+// (every behaviour of secagg.Run, and keys with a bad signature), among 4
+// and 79 honest client processes: on the complete graph of 5 and the
+// sparse graph of 80. Every round counts every honest upload, and the
+// hostile one exactly when the protocol can still use it; no round is
+// discarded or waits out a step's deadline.
+func TestSecureBehaviours(t *testing.T) {
+	for _, n := range []int{5, 80} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			bs := deployedBehaviours()
+			c := runConfig(t, "ldpq", n, len(bs))
+			c.Weighting, c.SecureAggregation = "mean", true
+			ts := serve(t, ServerConfig{Run: c, KeyShareTimeout: 20 * time.Second, RoundTimeout: 2 * time.Minute}, "127.0.0.1:0")
+			// Client 0 is hostile: a survivor's secret is rebuilt from its
+			// holders in id order, so its wrong shares are read first.
+			h, err := newHostile(t, ts.addr, 0, uint32(n), ts.srv.su.Model.NumParams())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var honest []*testClient
+			for k := 1; k < n; k++ {
+				honest = append(honest, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: n}))
+			}
+			start := time.Now()
+			errc := make(chan error, 1)
+			go func() { errc <- h.play(bs) }()
+			ts.wait(t)
+			for _, c := range honest {
+				c.wait(t)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			run, err := report.ReadRun(c.Dir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, r := range run.Rounds {
+				want := n - 1
+				if bs[k].Counted() && bs[k] != badSignature {
+					want = n
+				}
+				if r.Clients != want || r.Discarded != "" {
+					t.Errorf("round %d (%v): %d uploads, discarded %q; want %d", r.Round, bs[k], r.Clients, r.Discarded, want)
+				}
+			}
+			if d := time.Since(start); d > time.Duration(len(bs))*20*time.Second {
+				t.Errorf("%d rounds took %v: a step waited out its deadline", len(bs), d)
+			}
+			if !strings.Contains(ts.log.String(), "clients [0] revealed shares that do not match their commitments") {
+				t.Error("the wrong shares revealed were not found")
+			}
+		})
+	}
+}
+
+// TestSecureDeployment: a server and 8 clients run a secure round of
+// ldpq. One client leaves after it checked its shares and before its
+// masked upload, one after its masked upload and before it answers the
+// unmask request; the round ends with the exact sum of the 7 uploads: the
+// same model, bit for bit, as the same round without secure aggregation.
+func TestSecureDeployment(t *testing.T) {
+	model := func(secure bool) [32]byte {
+		c := runConfig(t, "ldpq", 8, 1)
+		c.Weighting, c.SecureAggregation = "mean", secure
+		ts := serve(t, ServerConfig{Run: c, KeyShareTimeout: 10 * time.Second}, "127.0.0.1:0")
+		errc := make(chan error, 2)
+		if secure {
+			for _, hb := range []struct {
+				id uint32
+				b  secagg.Behaviour
+			}{{6, secagg.LeaveAfterCheck}, {7, secagg.LeaveAfterMask}} {
+				h, err := newHostile(t, ts.addr, hb.id, 8, ts.srv.su.Model.NumParams())
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() { errc <- h.play([]secagg.Behaviour{hb.b}) }()
+			}
+		} else {
+			before, after := dial(t, ts.addr), dial(t, ts.addr)
+			if err := before.join(6, 8, token); err != nil {
+				t.Fatal(err)
+			}
+			if err := after.join(7, 8, token); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				before.next(t, func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil })
+				errc <- before.stream.CloseSend()
+			}()
+			go func() {
+				rs := after.next(t, func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil }).GetRoundStart()
+				var zero [][]byte
+				for _, g := range rs.GetGlobal() {
+					zero = append(zero, make([]byte, (len(g)/4+7)/8))
+				}
+				errc <- after.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Payloads: zero, Loss: 0.5}}})
+			}()
+		}
+		var honest []*testClient
+		for k := range 6 {
+			honest = append(honest, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 8}))
+		}
+		for range 2 {
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		}
+		sum := ts.wait(t)
+		for _, h := range honest {
+			h.wait(t)
+		}
+		if got := fmt.Sprint(rounds(t, c.Dir())); got != "[7]" || sum.Rounds != 1 {
+			t.Errorf("secure %v: uploads per round %s, want [7]", secure, got)
+		}
+		st, err := fl.LoadState(c.Dir() + "/" + experiment.CheckpointFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if secure && !strings.Contains(ts.log.String(), "unmasking the sum of 7 clients' uploads; 1 dropped after sharing their keys") {
+			t.Errorf("the server did not unmask 7 uploads with 1 dropped:\n%s", ts.log)
+		}
+		return fl.Hash(st.Global)
+	}
+	if model(true) != model(false) {
+		t.Error("the secure round's model differs from the plain round's")
+	}
+}

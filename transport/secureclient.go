@@ -1,0 +1,298 @@
+package transport
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/secagg"
+	pb "github.com/fedpq/fedpq/transport/fedpqpb"
+)
+
+// ClientPolicy is what a client demands of a server before it takes part:
+// its defence against a server that deviates from the protocol.
+type ClientPolicy struct {
+	// RequireSecure refuses a run without secure aggregation. A client of a
+	// run whose configuration has it refuses a round without it in any case.
+	RequireSecure bool
+	// SecAgg is what a secure round's settings must meet (secagg.Policy):
+	// the fraction of colluding clients they withstand, the fewest clients,
+	// the widest field.
+	SecAgg secagg.Policy
+}
+
+// DefaultClientPolicy: secure aggregation where the run has it, with
+// secagg.DefaultPolicy.
+var DefaultClientPolicy = ClientPolicy{SecAgg: secagg.DefaultPolicy}
+
+// decline tells the server that the client takes no part in round t, and
+// returns why as a badRound: the session goes on with the next round.
+func (c *Client) decline(stream pb.Federation_SessionClient, t uint32, why error) error {
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Decline{Decline: &pb.Decline{Round: t, Reason: why.Error()}}}); err != nil {
+		return err
+	}
+	return &badRound{fmt.Errorf("declined: %w", why)}
+}
+
+// secureParams checks a secure round's settings, before the client sends
+// anything: the graph's seed must come from the run's beacon (so the server
+// did not choose it), and the field width must be the one that holds the
+// round's sum (a narrower one would wrap it, a wider one fl cannot pack).
+// The policy's checks are secagg.NewClient's.
+func (c *Client) secureParams(runID []byte, rs *pb.RoundStart) (secagg.Params, []uint64, error) {
+	t, sa := rs.GetRound(), rs.GetSecagg()
+	p := secagg.Params{Bits: int(sa.GetBits()), Degree: int(sa.GetDegree()), Threshold: int(sa.GetThreshold()), Round: uint64(t)}
+	if len(sa.GetSeed()) != 32 || len(sa.GetBeacon()) != 32 {
+		return p, nil, fmt.Errorf("a secure-aggregation seed of %d bytes and beacon of %d", len(sa.GetSeed()), len(sa.GetBeacon()))
+	}
+	ids := make([]uint64, len(sa.GetClients()))
+	for i, k := range sa.GetClients() {
+		ids[i] = uint64(k)
+	}
+	link := [32]byte(sa.GetBeacon())
+	if !secagg.CheckLink(c.beacon, link, int(t)) {
+		return p, nil, fmt.Errorf("round %d's beacon is not a link of the chain the server committed to", t)
+	}
+	if seed := secagg.SessionSeed(runID, uint64(t), ids, link); seed != [32]byte(sa.GetSeed()) {
+		return p, nil, errors.New("the graph's seed does not derive from the round's beacon and clients")
+	}
+	p.Seed = [32]byte(sa.GetSeed())
+	m, err := mech.IntegerOf(c.m)
+	if err != nil {
+		return p, nil, err
+	}
+	want, err := fl.SecureBits(m, len(ids))
+	if err != nil {
+		return p, nil, err
+	}
+	if p.Bits != want {
+		return p, nil, fmt.Errorf("%d-bit fields; the sum of %d clients' fields takes %d", p.Bits, len(ids), want)
+	}
+	return p, ids, nil
+}
+
+// secureUpload is a client's side of a secure round, once it has encoded
+// its payloads: keys, dealing, check, masked upload, consent and shares. It
+// returns a message of a later round if it read one.
+func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, rs *pb.RoundStart, payloads [][]byte, loss float64) (*pb.ServerMessage, error) {
+	t, self := rs.GetRound(), uint32(c.cfg.ID)
+	p, ids, err := c.secureParams(runID, rs)
+	if err != nil {
+		return nil, c.decline(stream, t, err)
+	}
+	cl, err := secagg.NewClient(p, c.policy.SecAgg, uint64(self), ids, rand.Reader)
+	if err != nil {
+		return nil, c.decline(stream, t, err)
+	}
+	m, err := mech.IntegerOf(c.m)
+	if err != nil {
+		return nil, &setupError{err}
+	}
+	x, err := fl.Fields(m, payloads, c.sizes())
+	if err != nil {
+		return nil, &badRound{err}
+	}
+	adv := cl.Keys()
+	keys := &pb.SecAggKeys{Round: t, Client: self, C: adv.C, S: adv.S}
+	keys.Signature = ed25519.Sign(c.cfg.Key, secaggKeysSigned(runID, keys))
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggKeys{SecaggKeys: keys}}); err != nil {
+		return nil, err
+	}
+
+	m1, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggPeers().GetRound() == t })
+	if m1 == nil {
+		return next, err
+	}
+	peers, identities := c.peers(t, runID, m1.GetSecaggPeers())
+	d, err := cl.Share(peers)
+	if err != nil {
+		return nil, &badRound{err}
+	}
+	if r := cl.Rejected(); len(r) > 0 {
+		c.log.Printf("round %d: left out neighbours %v, whose keys are not valid", t, r)
+	}
+	shares := &pb.SecAggShares{Round: t, Values: d.Values.Bytes()}
+	for _, to := range slices.Sorted(maps.Keys(d.Sealed)) {
+		shares.Shares = append(shares.Shares, &pb.SecAggShare{From: self, To: uint32(to), Ciphertext: d.Sealed[to]})
+	}
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: shares}}); err != nil {
+		return nil, err
+	}
+	c.log.Printf("round %d: dealt its shares to %d neighbours", t, len(shares.Shares))
+
+	m2, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggInbox().GetRound() == t })
+	if m2 == nil {
+		return next, err
+	}
+	inbox := map[uint64]secagg.Delivery{}
+	for _, sh := range m2.GetSecaggInbox().GetShares() {
+		if sh.GetTo() == self {
+			inbox[uint64(sh.GetFrom())] = secagg.Delivery{Values: sh.GetValues(), Sealed: sh.GetCiphertext()}
+		}
+	}
+	complaints, err := cl.Check(inbox)
+	if err != nil {
+		return nil, &badRound{err}
+	}
+	check := &pb.SecAggCheck{Round: t}
+	for _, j := range complaints {
+		check.Complaints = append(check.Complaints, uint32(j))
+	}
+	if len(complaints) > 0 {
+		c.log.Printf("round %d: the shares of %v are wrong", t, complaints)
+	}
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggCheck{SecaggCheck: check}}); err != nil {
+		return nil, err
+	}
+
+	m3, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggPartners().GetRound() == t })
+	if m3 == nil {
+		return next, err
+	}
+	var partners []uint64
+	for _, j := range m3.GetSecaggPartners().GetPartners() {
+		partners = append(partners, uint64(j))
+	}
+	y, err := cl.Mask(x, partners)
+	if err != nil {
+		return nil, c.decline(stream, t, err)
+	}
+	// The masked upload is the first message that depends on the
+	// client's data: the round is recorded as answered before it leaves.
+	if err := c.state.answer(runID, t); err != nil {
+		return nil, &setupError{err}
+	}
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{
+		Round: t, Masked: fl.PackFields(y, p.Bits), Loss: loss,
+	}}}); err != nil {
+		return nil, err
+	}
+	c.log.Printf("round %d: uploaded its masked fields (%d bits each), masked with %d partners", t, p.Bits, len(partners))
+
+	m4, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggUnmask().GetRound() == t })
+	if m4 == nil {
+		return next, err
+	}
+	var req secagg.Request
+	for _, id := range m4.GetSecaggUnmask().GetSurvivors() {
+		req.Survivors = append(req.Survivors, uint64(id))
+	}
+	for _, id := range m4.GetSecaggUnmask().GetDropped() {
+		req.Dropped = append(req.Dropped, uint64(id))
+	}
+	digest, err := cl.Consent(req)
+	if err != nil {
+		// A request this client must not answer, such as one that asks
+		// for both shares of one client: it reveals nothing.
+		c.log.Printf("round %d: %v", t, err)
+		return nil, nil
+	}
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggConsent{SecaggConsent: &pb.SecAggConsent{
+		Round: t, Signature: ed25519.Sign(c.cfg.Key, secaggConsentSigned(runID, t, digest)),
+	}}}); err != nil {
+		return nil, err
+	}
+
+	m5, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggConsents().GetRound() == t })
+	if m5 == nil {
+		return next, err
+	}
+	consenting := []uint64{uint64(self)}
+	cs := m5.GetSecaggConsents()
+	for i, j := range cs.GetClients() {
+		if i >= len(cs.GetSignatures()) || j == self {
+			continue
+		}
+		if err := verify(identities[j], secaggConsentSigned(runID, t, digest), cs.GetSignatures()[i]); err == nil {
+			consenting = append(consenting, uint64(j))
+		}
+	}
+	r, err := cl.Unmask(consenting)
+	if err != nil {
+		c.log.Printf("round %d: %v", t, err)
+		return nil, nil
+	}
+	rv := &pb.SecAggReveal{Round: t}
+	for _, o := range slices.Sorted(maps.Keys(r.Self)) {
+		rv.Self = append(rv.Self, &pb.SecAggSecret{Owner: uint32(o), Share: r.Self[o]})
+	}
+	for _, o := range slices.Sorted(maps.Keys(r.Pair)) {
+		rv.Pair = append(rv.Pair, &pb.SecAggSecret{Owner: uint32(o), Share: r.Pair[o]})
+	}
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: rv}}); err != nil {
+		return nil, err
+	}
+	c.log.Printf("round %d: %d holders consented; revealed its shares for %d survivors and %d dropped clients", t, len(consenting), len(r.Self), len(r.Pair))
+	return nil, nil
+}
+
+// peers checks the relayed keys of the client's neighbours: each signed by
+// the neighbour's identity, from the roster where the client has one, else
+// as the server relays it. It returns the keys that pass, and the
+// identities that consents will be checked against.
+func (c *Client) peers(t uint32, runID []byte, pm *pb.SecAggPeers) (map[uint64]secagg.Advertised, map[uint32]ed25519.PublicKey) {
+	keys := map[uint64]secagg.Advertised{}
+	identities := map[uint32]ed25519.PublicKey{}
+	for i, k := range pm.GetKeys() {
+		var identity ed25519.PublicKey
+		if i < len(pm.GetIdentities()) {
+			identity = pm.GetIdentities()[i]
+		}
+		if c.cfg.Roster != nil {
+			identity = c.cfg.Roster[k.GetClient()]
+		}
+		if err := verify(identity, secaggKeysSigned(runID, k), k.GetSignature()); err != nil || k.GetRound() != t {
+			c.log.Printf("round %d: client %d's secure-aggregation keys: %v; leaving it out", t, k.GetClient(), err)
+			continue
+		}
+		keys[uint64(k.GetClient())] = secagg.Advertised{C: k.GetC(), S: k.GetS()}
+		identities[k.GetClient()] = identity
+	}
+	return keys, identities
+}
+
+// await reads messages until one of round t that want accepts, and
+// returns it; or, if the round ends first (the next RoundStart, the end of
+// the run), that message as next.
+func (c *Client) await(ctx context.Context, in <-chan *pb.ServerMessage, t uint32, want func(*pb.ServerMessage) bool) (m, next *pb.ServerMessage, err error) {
+	for {
+		select {
+		case m, ok := <-in:
+			if !ok {
+				return nil, nil, errors.New("connection lost during secure aggregation")
+			}
+			switch b := m.GetBody().(type) {
+			case *pb.ServerMessage_RoundStart, *pb.ServerMessage_Finished:
+				c.log.Printf("round %d: ended before its secure aggregation did", t)
+				return nil, m, nil
+			case *pb.ServerMessage_Receipt:
+				if r := b.Receipt; r.GetAccepted() {
+					c.log.Printf("round %d: upload accepted", r.GetRound())
+				} else {
+					c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
+				}
+			default:
+				if want(m) {
+					return m, nil, nil
+				}
+			}
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+// sizes is the number of parameters of each of the model's tensors.
+func (c *Client) sizes() []int {
+	n := make([]int, len(c.specs))
+	for i, s := range c.specs {
+		n[i] = s.Size()
+	}
+	return n
+}
