@@ -20,10 +20,12 @@ import (
 // local guarantee against the server, which the sum can only improve: the
 // amplification is computed for one-bit messages only.
 //
-// Each round's bounds compose by basic composition at delta/k; the last
-// round's, which the summary reports, by privacy-loss-distribution
-// composition (privacy.ComposeSecureSum; paired: basic), which takes about
-// a second each and is much tighter.
+// Each round's bounds compose by basic composition at delta/k (ldpq: at
+// most the local guarantee composed; a pair's local guarantee does not
+// hold against the sum); the last round's, which the summary reports, by
+// privacy-loss-distribution composition (privacy.ComposeSecureSum; paired:
+// basic), which takes about a second each and is much tighter. Every
+// entry carries its delta; one that does not exist is nil with a note.
 func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 	how, by := "only the sum", "secure aggregation"
 	if e.cfg.Shuffle {
@@ -49,7 +51,7 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 		return nil
 	}
 	// round is the one-round bound at delta; composed, that of n
-	// compositions at delta.
+	// compositions at delta (+Inf: none).
 	round := func(delta float64) (float64, error) {
 		if e.cfg.Mechanism == "ldpq" {
 			return privacy.SecureSumEpsilon(eps, e.minSum, delta)
@@ -61,8 +63,10 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 			return privacy.ComposeSecureSum(eps, e.minSum, n, delta)
 		}
 		r, err := round(delta / float64(n))
-		if err != nil || math.IsInf(r, 1) {
-			return r, err
+		if err != nil || math.IsInf(r, 1) || e.cfg.Mechanism != "ldpq" {
+			// A pair's local guarantee does not hold against an
+			// observer of the sum, which holds both its messages.
+			return float64(n) * r, err
 		}
 		local, err := privacy.Optimal(eps, n, delta)
 		return min(float64(n)*r, local), err
@@ -76,26 +80,42 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 		l.ServerView += "; a pair's two messages are both in the sum, and too few clients quantize alone to hide them at this delta (docs/privacy.md)"
 		return nil
 	}
-	s := privacy.Spent{ParamRound: r}
+	s := &privacy.Spent{}
+	s.Set("param_round", r, delta, "")
+	// Composed at delta: basic composition of the round's bound at
+	// delta/n, or (ldpq, last round) privacy-loss-distribution
+	// composition. A paired round's bound at delta/n can be +Inf where its
+	// bound at delta is finite (too few clients alone): then none.
 	for _, c := range []struct {
-		n   int
-		dst *float64
-	}{{k, &s.ParamOptimal}, {d, &s.UploadRound}, {k * d, &s.UploadOptimal}} {
-		if *c.dst, err = composed(c.n); err != nil {
+		n    int
+		name string
+	}{{k, "param_optimal"}, {d, "upload_round"}, {k * d, "upload_optimal"}} {
+		v, err := composed(c.n)
+		if err != nil {
 			return err
 		}
+		why := ""
+		if math.IsInf(v, 1) {
+			why = fmt.Sprintf("no epsilon at delta %g by basic composition, since the round has none at delta/%d (too few clients quantize alone; docs/privacy.md)", delta, c.n)
+		}
+		s.Set(c.name, v, delta, why)
 	}
 	// Basic and advanced composition of the per-parameter, per-round
-	// (r, delta) bound: they hold at k delta and at delta + k delta (k the
-	// number composed), not at the ledger's delta; docs/privacy.md.
-	s.ParamBasic, s.UploadBasic = float64(k)*r, float64(k)*float64(d)*r
-	if s.ParamAdvanced, err = privacy.Advanced(r, k, delta); err != nil {
-		return err
+	// (r, delta) bound: they hold at k delta and at (k+1) delta (k the
+	// number composed), not at the ledger's delta; each entry says so.
+	for _, c := range []struct {
+		n               int
+		basic, advanced string
+	}{{k, "param_basic", "param_advanced"}, {k * d, "upload_basic", "upload_advanced"}} {
+		nf := float64(c.n)
+		s.Set(c.basic, nf*r, nf*delta, "")
+		a, err := privacy.AdvancedBound(r, delta, c.n, delta)
+		if err != nil {
+			return err
+		}
+		s.Set(c.advanced, a.Eps, a.Delta, "")
 	}
-	if s.UploadAdvanced, err = privacy.Advanced(r, k*d, delta); err != nil {
-		return err
-	}
-	l.Server = &s
+	l.Server = s
 	return nil
 }
 
@@ -120,10 +140,16 @@ func (e *Engine) distributed(l *privacy.Ledger) error {
 		return nil
 	}
 	eps := e.cfg.Mech.Epsilon
-	t := float64(tensors) * eps
-	l.Server = &privacy.Spent{
-		ParamRound: eps, ParamBasic: float64(k) * eps, ParamAdvanced: float64(k) * eps, ParamOptimal: float64(k) * eps,
-		UploadRound: t, UploadBasic: float64(k) * t, UploadAdvanced: float64(k) * t, UploadOptimal: float64(k) * t,
+	t, kf := float64(tensors), float64(k)
+	s := &privacy.Spent{}
+	s.Set("param_round", eps, delta, "")
+	s.Set("upload_round", t*eps, t*delta, "")
+	for _, name := range []string{"param_basic", "param_advanced", "param_optimal"} {
+		s.Set(name, kf*eps, kf*delta, "")
 	}
+	for _, name := range []string{"upload_basic", "upload_advanced", "upload_optimal"} {
+		s.Set(name, kf*t*eps, kf*t*delta, "")
+	}
+	l.Server = s
 	return nil
 }
