@@ -13,12 +13,14 @@ import (
 // parameter, the sum (or multiset) of at least e.minSum one-bit messages,
 // of which at least e.minAlone were sent by clients without a partner.
 //
-// For ldpq the other clients' messages are a privacy blanket
-// (privacy.SecureSumEpsilon); for the paired mechanisms only the clients
-// quantizing alone are (privacy.PairedSecureSumEpsilon), and with none
-// there is no guarantee in the worst case. Other mechanisms keep their
-// local guarantee against the server, which the sum can only improve: the
-// amplification is computed for one-bit messages only.
+// For ldpq the other clients' messages are the noise
+// (privacy.SecureSumEpsilon: the exact worst case over their inputs up to
+// 10,000 clients, the privacy blanket above); for the paired mechanisms
+// only the clients quantizing alone are (privacy.PairedSecureSumEpsilon,
+// a privacy blanket), and with none there is no guarantee in the worst
+// case. Other mechanisms keep their local guarantee against the server,
+// which the sum can only improve: the amplification is computed for
+// one-bit messages only.
 //
 // Each round's bounds compose by basic composition at delta/k (ldpq: at
 // most the local guarantee composed; a pair's local guarantee does not
@@ -40,7 +42,11 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 	case "ddgauss", "skellam":
 		return e.distributed(l)
 	case "ldpq":
-		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter (%s; privacy blanket)", how, e.minSum, by)
+		bound := "privacy blanket"
+		if privacy.SecureSumIsExact(eps, e.minSum) {
+			bound = "exact worst case over the others' inputs"
+		}
+		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter (%s; %s)", how, e.minSum, by, bound)
 	case "corbin", "coq", "augcorbin":
 		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter, %d of them from clients without a partner (%s; privacy blanket of those)", how, e.minSum, e.minAlone, by)
 	default:
