@@ -38,17 +38,26 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 		l.ServerView = fmt.Sprintf("%s of the clients' messages (%s); how many is not known (a checkpoint that does not record it), so its bound is the local one", how, by)
 		return nil
 	}
+	// Clients colluding with the server subtract their own messages from
+	// the sum: the noise is the honest clients' only. The target is one of
+	// them, so at least one message is left.
+	c := e.colluders()
+	honest, honestAlone := max(e.minSum-c, 1), max(e.minAlone-c, 0)
+	colluding := ""
+	if e.cfg.SecureAggregation {
+		colluding = fmt.Sprintf("; up to %d of a round's %d clients (%g%%, as the protocol's graph is sized for) may collude with the server and subtract their own messages", c, e.roundSize(), 100*secureCorrupt)
+	}
 	switch e.cfg.Mechanism {
 	case "ddgauss", "skellam":
 		return e.distributed(l)
 	case "ldpq":
 		bound := "privacy blanket"
-		if privacy.SecureSumIsExact(eps, e.minSum) {
+		if privacy.SecureSumIsExact(eps, honest) {
 			bound = "exact worst case over the others' inputs"
 		}
-		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter (%s; %s)", how, e.minSum, by, bound)
+		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter%s (%s; %s, of %d honest clients' messages)", how, e.minSum, colluding, by, bound, honest)
 	case "corbin", "coq", "augcorbin":
-		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter, %d of them from clients without a partner (%s; privacy blanket of those)", how, e.minSum, e.minAlone, by)
+		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter, %d of them from clients without a partner%s (%s; privacy blanket of %d honest clients without a partner)", how, e.minSum, e.minAlone, colluding, by, honestAlone)
 	default:
 		l.ServerView = fmt.Sprintf("%s of at least %d clients' messages per parameter (%s; its amplification is computed for one-bit messages only, so the bound is the local one)", how, e.minSum, by)
 		return nil
@@ -60,13 +69,13 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 	// compositions at delta (+Inf: none).
 	round := func(delta float64) (float64, error) {
 		if e.cfg.Mechanism == "ldpq" {
-			return privacy.SecureSumEpsilon(eps, e.minSum, delta)
+			return privacy.SecureSumEpsilon(eps, honest, delta)
 		}
-		return privacy.PairedSecureSumEpsilon(eps, e.minAlone, delta)
+		return privacy.PairedSecureSumEpsilon(eps, honestAlone, delta)
 	}
 	composed := func(n int) (float64, error) {
 		if last && e.cfg.Mechanism == "ldpq" {
-			return privacy.ComposeSecureSum(eps, e.minSum, n, delta)
+			return privacy.ComposeSecureSum(eps, honest, n, delta)
 		}
 		r, err := round(delta / float64(n))
 		if err != nil || math.IsInf(r, 1) || e.cfg.Mechanism != "ldpq" {
@@ -123,6 +132,27 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 	}
 	l.Server = s
 	return nil
+}
+
+// colluders is how many of a round's clients the ledger lets collude with
+// the server under secure aggregation: floor(secureCorrupt n) of the most
+// clients a round selects, the fraction the sparse graph is sized for
+// (fl/secure.go; the complete graph of smaller rounds tolerates more, and
+// the ledger assumes the same fraction). 0 behind the trusted shuffler.
+func (e *Engine) colluders() int {
+	if !e.cfg.SecureAggregation {
+		return 0
+	}
+	return int(math.Floor(secureCorrupt * float64(e.roundSize())))
+}
+
+// roundSize is the most clients a round selects (sample).
+func (e *Engine) roundSize() int {
+	n := len(e.joined)
+	if k := e.cfg.ClientsPerRound; k > 0 && k < n {
+		n = k
+	}
+	return n
 }
 
 // distributed is the server's entry of ddgauss and skellam: calibrated

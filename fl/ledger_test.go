@@ -2,7 +2,9 @@ package fl
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/fedpq/fedpq/privacy"
@@ -63,6 +65,33 @@ func checkLedger(t *testing.T, l *privacy.Ledger) {
 			case b != nil && (!(b.Eps >= 0) || math.IsInf(b.Eps, 0) || !(b.Delta >= 0 && b.Delta < 1)):
 				t.Errorf("entry %+v is not a bound", b)
 			}
+		}
+	}
+}
+
+// TestLedgerColluders: under secure aggregation the server's entry hides a
+// client among the honest clients only: floor(5%) of the most clients a
+// round selects (here 2 of 40) may collude with the server and subtract
+// their own messages. Behind the trusted shuffler none is assumed.
+func TestLedgerColluders(t *testing.T) {
+	for _, secure := range []bool{true, false} {
+		cfg := baseConfig()
+		cfg.Mechanism, cfg.Rounds, cfg.Weighting, cfg.Mech.Epsilon, cfg.ClientsPerRound = "ldpq", 1, "mean", 1, 40
+		cfg.SecureAggregation, cfg.Shuffle = secure, !secure
+		_, rounds := run(t, cfg, fakeTask(100, 8, func(int) int { return 1 }))
+		l := rounds[0].Privacy
+		honest := 40
+		if secure {
+			honest = 38
+		}
+		want, err := privacy.SecureSumEpsilon(1, honest, cfg.LedgerDelta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Server == nil || *l.Server.ParamRound != (privacy.Bound{Eps: want, Delta: cfg.LedgerDelta}) ||
+			!strings.Contains(l.ServerView, fmt.Sprintf("of %d honest clients", honest)) ||
+			secure != strings.Contains(l.ServerView, "up to 2 of a round's 40 clients (5%") {
+			t.Errorf("secure %v: server %+v, want eps %v (%d honest clients): %s", secure, l.Server, want, honest, l.ServerView)
 		}
 	}
 }
