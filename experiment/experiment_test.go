@@ -324,7 +324,7 @@ func TestQuickstartAsDocumented(t *testing.T) {
 				t.Fatalf("quick start's ledger %+v", l)
 			}
 			e := l.Eavesdropper
-			for _, v := range [][3]float64{{e.ParamOptimal, 37.86, 0.005}, {e.ParamBasic, 40, 0}, {e.UploadRound, 371.6, 0.05}, {e.UploadOptimal, 1.186e4, 5}} {
+			for _, v := range [][3]float64{{e.ParamOptimal.Eps, 37.86, 0.005}, {e.ParamBasic.Eps, 40, 0}, {e.UploadRound.Eps, 371.6, 0.05}, {e.UploadOptimal.Eps, 1.186e4, 5}} {
 				if math.Abs(v[0]-v[1]) > v[2] {
 					t.Errorf("quick start's ledger: %.4g, the docs say %.4g", v[0], v[1])
 				}
@@ -333,7 +333,7 @@ func TestQuickstartAsDocumented(t *testing.T) {
 	}
 	// docs/privacy.md: the same run with gaussian (eps 1, delta 1e-5).
 	g, err := privacy.Account(privacy.Budget{Mechanism: "gaussian", Epsilon: 1, MechDelta: 1e-5}, 610, 40, 1e-5)
-	if err != nil || math.Abs(g.Server.ParamOptimal-9.577) > 5e-4 || math.Abs(g.Server.UploadRound-53.72) > 5e-3 {
+	if err != nil || math.Abs(g.Server.ParamOptimal.Eps-9.577) > 5e-4 || math.Abs(g.Server.UploadRound.Eps-53.72) > 5e-3 {
 		t.Errorf("gaussian quick start's ledger %+v (%v), the docs say 9.577 and 53.72", g.Server, err)
 	}
 }

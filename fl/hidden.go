@@ -13,17 +13,21 @@ import (
 // parameter, the sum (or multiset) of at least e.minSum one-bit messages,
 // of which at least e.minAlone were sent by clients without a partner.
 //
-// For ldpq the other clients' messages are a privacy blanket
-// (privacy.SecureSumEpsilon); for the paired mechanisms only the clients
-// quantizing alone are (privacy.PairedSecureSumEpsilon), and with none
-// there is no guarantee in the worst case. Other mechanisms keep their
-// local guarantee against the server, which the sum can only improve: the
-// amplification is computed for one-bit messages only.
+// For ldpq the other clients' messages are the noise
+// (privacy.SecureSumEpsilon: the exact worst case over their inputs up to
+// 10,000 clients, the privacy blanket above); for the paired mechanisms
+// only the clients quantizing alone are (privacy.PairedSecureSumEpsilon,
+// a privacy blanket), and with none there is no guarantee in the worst
+// case. Other mechanisms keep their local guarantee against the server,
+// which the sum can only improve: the amplification is computed for
+// one-bit messages only.
 //
-// Each round's bounds compose by basic composition at delta/k; the last
-// round's, which the summary reports, by privacy-loss-distribution
-// composition (privacy.ComposeSecureSum; paired: basic), which takes about
-// a second each and is much tighter.
+// Each round's bounds compose by basic composition at delta/k (ldpq: at
+// most the local guarantee composed; a pair's local guarantee does not
+// hold against the sum); the last round's, which the summary reports, by
+// privacy-loss-distribution composition (privacy.ComposeSecureSum; paired:
+// basic), which takes about a second each and is much tighter. Every
+// entry carries its delta; one that does not exist is nil with a note.
 func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 	how, by := "only the sum", "secure aggregation"
 	if e.cfg.Shuffle {
@@ -34,13 +38,26 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 		l.ServerView = fmt.Sprintf("%s of the clients' messages (%s); how many is not known (a checkpoint that does not record it), so its bound is the local one", how, by)
 		return nil
 	}
+	// Clients colluding with the server subtract their own messages from
+	// the sum: the noise is the honest clients' only. The target is one of
+	// them, so at least one message is left.
+	c := e.colluders()
+	honest, honestAlone := max(e.minSum-c, 1), max(e.minAlone-c, 0)
+	colluding := ""
+	if e.cfg.SecureAggregation {
+		colluding = fmt.Sprintf("; up to %d of a round's %d clients (%g%%, as the protocol's graph is sized for) may collude with the server and subtract their own messages", c, e.roundSize(), 100*secureCorrupt)
+	}
 	switch e.cfg.Mechanism {
 	case "ddgauss", "skellam":
 		return e.distributed(l)
 	case "ldpq":
-		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter (%s; privacy blanket)", how, e.minSum, by)
+		bound := "privacy blanket"
+		if privacy.SecureSumIsExact(eps, honest) {
+			bound = "exact worst case over the others' inputs"
+		}
+		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter%s (%s; %s, of %d honest clients' messages)", how, e.minSum, colluding, by, bound, honest)
 	case "corbin", "coq", "augcorbin":
-		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter, %d of them from clients without a partner (%s; privacy blanket of those)", how, e.minSum, e.minAlone, by)
+		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter, %d of them from clients without a partner%s (%s; privacy blanket of %d honest clients without a partner)", how, e.minSum, e.minAlone, colluding, by, honestAlone)
 	default:
 		l.ServerView = fmt.Sprintf("%s of at least %d clients' messages per parameter (%s; its amplification is computed for one-bit messages only, so the bound is the local one)", how, e.minSum, by)
 		return nil
@@ -49,20 +66,22 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 		return nil
 	}
 	// round is the one-round bound at delta; composed, that of n
-	// compositions at delta.
+	// compositions at delta (+Inf: none).
 	round := func(delta float64) (float64, error) {
 		if e.cfg.Mechanism == "ldpq" {
-			return privacy.SecureSumEpsilon(eps, e.minSum, delta)
+			return privacy.SecureSumEpsilon(eps, honest, delta)
 		}
-		return privacy.PairedSecureSumEpsilon(eps, e.minAlone, delta)
+		return privacy.PairedSecureSumEpsilon(eps, honestAlone, delta)
 	}
 	composed := func(n int) (float64, error) {
 		if last && e.cfg.Mechanism == "ldpq" {
-			return privacy.ComposeSecureSum(eps, e.minSum, n, delta)
+			return privacy.ComposeSecureSum(eps, honest, n, delta)
 		}
 		r, err := round(delta / float64(n))
-		if err != nil || math.IsInf(r, 1) {
-			return r, err
+		if err != nil || math.IsInf(r, 1) || e.cfg.Mechanism != "ldpq" {
+			// A pair's local guarantee does not hold against an
+			// observer of the sum, which holds both its messages.
+			return float64(n) * r, err
 		}
 		local, err := privacy.Optimal(eps, n, delta)
 		return min(float64(n)*r, local), err
@@ -76,27 +95,64 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 		l.ServerView += "; a pair's two messages are both in the sum, and too few clients quantize alone to hide them at this delta (docs/privacy.md)"
 		return nil
 	}
-	s := privacy.Spent{ParamRound: r}
+	s := &privacy.Spent{}
+	s.Set("param_round", r, delta, "")
+	// Composed at delta: basic composition of the round's bound at
+	// delta/n, or (ldpq, last round) privacy-loss-distribution
+	// composition. A paired round's bound at delta/n can be +Inf where its
+	// bound at delta is finite (too few clients alone): then none.
 	for _, c := range []struct {
-		n   int
-		dst *float64
-	}{{k, &s.ParamOptimal}, {d, &s.UploadRound}, {k * d, &s.UploadOptimal}} {
-		if *c.dst, err = composed(c.n); err != nil {
+		n    int
+		name string
+	}{{k, "param_optimal"}, {d, "upload_round"}, {k * d, "upload_optimal"}} {
+		v, err := composed(c.n)
+		if err != nil {
 			return err
 		}
+		why := ""
+		if math.IsInf(v, 1) {
+			why = fmt.Sprintf("no epsilon at delta %g by basic composition, since the round has none at delta/%d (too few clients quantize alone; docs/privacy.md)", delta, c.n)
+		}
+		s.Set(c.name, v, delta, why)
 	}
 	// Basic and advanced composition of the per-parameter, per-round
-	// (r, delta) bound: they hold at k delta and at delta + k delta (k the
-	// number composed), not at the ledger's delta; docs/privacy.md.
-	s.ParamBasic, s.UploadBasic = float64(k)*r, float64(k)*float64(d)*r
-	if s.ParamAdvanced, err = privacy.Advanced(r, k, delta); err != nil {
-		return err
+	// (r, delta) bound: they hold at k delta and at (k+1) delta (k the
+	// number composed), not at the ledger's delta; each entry says so.
+	for _, c := range []struct {
+		n               int
+		basic, advanced string
+	}{{k, "param_basic", "param_advanced"}, {k * d, "upload_basic", "upload_advanced"}} {
+		nf := float64(c.n)
+		s.Set(c.basic, nf*r, nf*delta, "")
+		a, err := privacy.AdvancedBound(r, delta, c.n, delta)
+		if err != nil {
+			return err
+		}
+		s.Set(c.advanced, a.Eps, a.Delta, "")
 	}
-	if s.UploadAdvanced, err = privacy.Advanced(r, k*d, delta); err != nil {
-		return err
-	}
-	l.Server = &s
+	l.Server = s
 	return nil
+}
+
+// colluders is how many of a round's clients the ledger lets collude with
+// the server under secure aggregation: floor(secureCorrupt n) of the most
+// clients a round selects, the fraction the sparse graph is sized for
+// (fl/secure.go; the complete graph of smaller rounds tolerates more, and
+// the ledger assumes the same fraction). 0 behind the trusted shuffler.
+func (e *Engine) colluders() int {
+	if !e.cfg.SecureAggregation {
+		return 0
+	}
+	return int(math.Floor(secureCorrupt * float64(e.roundSize())))
+}
+
+// roundSize is the most clients a round selects (sample).
+func (e *Engine) roundSize() int {
+	n := len(e.joined)
+	if k := e.cfg.ClientsPerRound; k > 0 && k < n {
+		n = k
+	}
+	return n
 }
 
 // distributed is the server's entry of ddgauss and skellam: calibrated
@@ -120,10 +176,16 @@ func (e *Engine) distributed(l *privacy.Ledger) error {
 		return nil
 	}
 	eps := e.cfg.Mech.Epsilon
-	t := float64(tensors) * eps
-	l.Server = &privacy.Spent{
-		ParamRound: eps, ParamBasic: float64(k) * eps, ParamAdvanced: float64(k) * eps, ParamOptimal: float64(k) * eps,
-		UploadRound: t, UploadBasic: float64(k) * t, UploadAdvanced: float64(k) * t, UploadOptimal: float64(k) * t,
+	t, kf := float64(tensors), float64(k)
+	s := &privacy.Spent{}
+	s.Set("param_round", eps, delta, "")
+	s.Set("upload_round", t*eps, t*delta, "")
+	for _, name := range []string{"param_basic", "param_advanced", "param_optimal"} {
+		s.Set(name, kf*eps, kf*delta, "")
 	}
+	for _, name := range []string{"upload_basic", "upload_advanced", "upload_optimal"} {
+		s.Set(name, kf*t*eps, kf*t*delta, "")
+	}
+	l.Server = s
 	return nil
 }

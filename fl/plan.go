@@ -306,5 +306,5 @@ func (e *Engine) central(l *privacy.Ledger, p *Plan) {
 		l.CentralNote = err.Error()
 		return
 	}
-	l.Central = &eps
+	l.Central = privacy.NewBound(eps, e.cfg.LedgerDelta)
 }

@@ -486,7 +486,7 @@ func TestLedger(t *testing.T) {
 				t.Errorf("none: a ledger %+v", l)
 			}
 		case last == nil || last.Rounds != most || last.Parameters != 8 || last.Eavesdropper == nil ||
-			last.Eavesdropper.ParamBasic != float64(most)*cfg.Mech.Epsilon:
+			last.Eavesdropper.ParamBasic == nil || last.Eavesdropper.ParamBasic.Eps != float64(most)*cfg.Mech.Epsilon:
 			t.Errorf("%s: ledger %+v after rounds %v", m, last, joined)
 		case (m == "ldpq") != (last.Server != nil):
 			t.Errorf("%s: server guarantee %+v", m, last.Server)

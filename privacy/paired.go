@@ -24,7 +24,7 @@ import (
 //     its follower iff Z >= 2^(d-1), so their sum is 1 with certainty. Their
 //     messages are independent of the target's, so giving them to the
 //     observer only helps it; they are left out.
-//   - The alone clients are a privacy blanket (SecureSumEpsilon): the sum
+//   - The alone clients are a privacy blanket (SecureSumBlanket): the sum
 //     is the target pair's sum S in {0, 1, 2} plus Binomial(M, 1/2) plus a
 //     known offset, M ~ Binomial(alone, 2 qlo).
 //   - For a partner whose bit has P(+1) = q2, the law of S is
@@ -37,7 +37,7 @@ import (
 //   - delta(eps) <= sum_m P[M = m] max over the 12 ordered pairs of vertices
 //     of their divergence after adding Binomial(m, 1/2), each summed over
 //     the count within 12 standard deviations, with a bound on the rest
-//     added (as SecureSumEpsilon, runs of m share the largest value).
+//     added (as SecureSumBlanket, runs of m share the largest value).
 //
 // It is an upper bound, looser than the true corbin value by the slack of
 // allowing any coupling, and it does not fall to eps0 for few clients:

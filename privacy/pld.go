@@ -16,10 +16,10 @@ import (
 // It composes privacy loss distributions (Koskela, Jalko, Honkela 2020;
 // Koskela, Jalko, Prediger, Honkela 2021; as in Google's dp_accounting):
 //
-//   - One round's pair is the blanket view of SecureSumEpsilon, (M, X +
+//   - One round's pair is the blanket view of SecureSumBlanket, (M, X +
 //     Binomial(M, 1/2)) with X ~ Bernoulli(qhi) against Bernoulli(qlo). It
 //     dominates the true view for every input of the target and the others
-//     (SecureSumEpsilon's argument, for every eps), and it is symmetric, so
+//     (SecureSumBlanket's argument, for every eps), and it is symmetric, so
 //     one ordering's loss distribution serves both. Dominating pairs compose
 //     adaptively (Zhu, Dong and Wang, "Optimal accounting of differential
 //     privacy via characteristic function", AISTATS 2022), so the k-fold
@@ -42,7 +42,13 @@ import (
 // gap to the same computation rounded down). The result is the least of
 // this, Optimal(eps0, k, delta) (the local guarantee composed, which holds
 // against anyone) and k SecureSumEpsilon(eps0, n, delta/k) (basic
-// composition, the tighter at k = 1, where the grid only adds).
+// composition of the round's bound, exact for n up to 10,000: basic
+// composition holds for any (eps, delta)-DP rounds, adaptively chosen; it
+// is the tighter at k = 1, where the grid only adds). Each is a sound
+// bound at delta, so their least is. The exact per-round worst case is not
+// composed by PLD: it is a maximum over the others' inputs that no single
+// pair of distributions is known to dominate at every eps, which PLD
+// composition needs.
 func ComposeSecureSum(eps0 float64, n, k int, delta float64) (float64, error) {
 	up, _, err := composeSecureSum(eps0, n, k, delta, false)
 	if err != nil {
@@ -65,7 +71,7 @@ func composeSecureSum(eps0 float64, n, k int, delta float64, lower bool) (up, do
 		return 0, 0, err
 	}
 	local, _ := Optimal(eps0, k, delta)
-	eps1, _ := SecureSumEpsilon(eps0, n, delta)
+	eps1, _ := SecureSumBlanket(eps0, n, delta)
 	if n == 1 || eps1 >= eps0 {
 		return local, local, nil
 	}
@@ -113,7 +119,7 @@ func (p pld) delta(eps float64) float64 {
 }
 
 // blanketLossMoments is the mean and standard deviation of the loss of
-// SecureSumEpsilon's blanket pair at its most likely m: enough to size the
+// SecureSumBlanket's blanket pair at its most likely m: enough to size the
 // grid.
 func blanketLossMoments(eps0 float64, n int) (mean, sd float64) {
 	qlo, qhi := rrProbs(eps0)
@@ -159,7 +165,7 @@ func forLoss(m int, qlo, qhi float64, fn func(s int, l, p float64)) (below, abov
 	return below, above
 }
 
-// blanketPLD is the loss distribution of SecureSumEpsilon's blanket pair,
+// blanketPLD is the loss distribution of SecureSumBlanket's blanket pair,
 // (M, Bernoulli(qhi) + Binomial(M, 1/2)) against Bernoulli(qlo), each
 // loss rounded up (down) to the grid of step h. Rounded up, the mass left
 // out is put at +Inf (above) or at the lowest loss (below); rounded down it

@@ -160,54 +160,7 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	}
 	fmt.Fprintln(stdout)
 	if l := s.Privacy; l != nil {
-		fmt.Fprintf(stdout, "  privacy of the most-sampled client (%d rounds, %d parameters; composed at delta %g):\n", l.Rounds, l.Parameters, l.Delta)
-		// Observers with the same guarantee share a line.
-		type observer struct {
-			who string
-			s   *privacy.Spent
-		}
-		var groups [][]observer
-		observers := []observer{{"an eavesdropper on its uplink", l.Eavesdropper}, {"the server", l.Server}, {"a colluding partner", l.Partner}}
-		if l.ServerView != "" { // the server has a line of its own
-			observers = []observer{observers[0], observers[2]}
-		}
-		for _, o := range observers {
-			if n := len(groups); n > 0 && reflect.DeepEqual(groups[n-1][0].s, o.s) {
-				groups[n-1] = append(groups[n-1], o)
-				continue
-			}
-			groups = append(groups, []observer{o})
-		}
-		for _, g := range groups {
-			var who []string
-			for _, o := range g {
-				who = append(who, o.who)
-			}
-			against := strings.Join(who, ", ")
-			if len(who) == 3 {
-				against = "anyone (eavesdropper, server, partner)"
-			}
-			if s := g[0].s; s == nil {
-				fmt.Fprintf(stdout, "    against %s: no guarantee in the worst case (docs/privacy.md)\n", against)
-			} else {
-				fmt.Fprintf(stdout, "    against %s: eps %.4g per parameter per round, %.4g over the rounds (%.4g basic, %.4g advanced); whole upload %.4g per round, %.4g over the rounds\n",
-					against, s.ParamRound, s.ParamOptimal, s.ParamBasic, s.ParamAdvanced, s.UploadRound, s.UploadOptimal)
-			}
-		}
-		if l.ServerView != "" {
-			if s := l.Server; s == nil {
-				fmt.Fprintf(stdout, "    against the server, which sees %s: no guarantee in the worst case\n", l.ServerView)
-			} else {
-				fmt.Fprintf(stdout, "    against the server, which sees %s: eps %.4g per parameter per round, %.4g over the rounds; whole upload %.4g per round, %.4g over the rounds\n",
-					l.ServerView, s.ParamRound, s.ParamOptimal, s.UploadRound, s.UploadOptimal)
-			}
-		}
-		switch {
-		case l.Central != nil:
-			fmt.Fprintf(stdout, "    central DP of the last round's mean (AugCorBin-FL Theorem 3, corrected): eps %.4g at delta %g\n", *l.Central, l.Delta)
-		case l.CentralNote != "":
-			fmt.Fprintf(stdout, "    central DP of the last round's mean (AugCorBin-FL Theorem 3, corrected): none: %s\n", l.CentralNote)
-		}
+		printLedger(stdout, l)
 	} else {
 		fmt.Fprintf(stdout, "  privacy: none (%s is not LDP)\n", s.Mechanism)
 	}
@@ -337,4 +290,78 @@ func runProgress(c experiment.Config, w io.Writer, quiet bool) (func(report.Roun
 		}, func() {
 			bar.Finish()
 		}
+}
+
+// printLedger prints l, a line per observer. Each number holds at the
+// ledger's delta or a smaller one unless it says "at delta" (basic and
+// advanced composition of (eps, delta) bounds), as in summary.json, where
+// every entry carries its delta.
+func printLedger(stdout io.Writer, l *privacy.Ledger) {
+	fmt.Fprintf(stdout, "  privacy of the most-sampled client (%d rounds, %d parameters; at delta %g unless a number says otherwise):\n", l.Rounds, l.Parameters, l.Delta)
+	// at is a bound as printed: its eps, what it is, and its delta where
+	// that is larger than the ledger's; "none" where no bound of the kind
+	// holds.
+	at := func(b *privacy.Bound, what string) string {
+		switch {
+		case b == nil:
+			return "none" + what
+		case b.Delta > l.Delta*(1+1e-9):
+			return fmt.Sprintf("%.4g%s at delta %.3g", b.Eps, what, b.Delta)
+		}
+		return fmt.Sprintf("%.4g%s", b.Eps, what)
+	}
+	spent := func(s *privacy.Spent) string {
+		line := fmt.Sprintf("eps %s, %s (%s, %s); whole upload %s, %s",
+			at(s.ParamRound, " per parameter per round"), at(s.ParamOptimal, " over the rounds"), at(s.ParamBasic, " basic"), at(s.ParamAdvanced, " advanced"),
+			at(s.UploadRound, " per round"), at(s.UploadOptimal, " over the rounds"))
+		if s.Note != "" {
+			line += " (why none: " + s.Note + ")"
+		}
+		return line
+	}
+	// Observers with the same guarantee share a line.
+	type observer struct {
+		who string
+		s   *privacy.Spent
+	}
+	var groups [][]observer
+	observers := []observer{{"an eavesdropper on its uplink", l.Eavesdropper}, {"the server", l.Server}, {"a colluding partner", l.Partner}}
+	if l.ServerView != "" { // the server has a line of its own
+		observers = []observer{observers[0], observers[2]}
+	}
+	for _, o := range observers {
+		if n := len(groups); n > 0 && reflect.DeepEqual(groups[n-1][0].s, o.s) {
+			groups[n-1] = append(groups[n-1], o)
+			continue
+		}
+		groups = append(groups, []observer{o})
+	}
+	for _, g := range groups {
+		var who []string
+		for _, o := range g {
+			who = append(who, o.who)
+		}
+		against := strings.Join(who, ", ")
+		if len(who) == 3 {
+			against = "anyone (eavesdropper, server, partner)"
+		}
+		if s := g[0].s; s == nil {
+			fmt.Fprintf(stdout, "    against %s: no guarantee in the worst case (docs/privacy.md)\n", against)
+		} else {
+			fmt.Fprintf(stdout, "    against %s: %s\n", against, spent(s))
+		}
+	}
+	if l.ServerView != "" {
+		if s := l.Server; s == nil {
+			fmt.Fprintf(stdout, "    against the server, which sees %s: no guarantee in the worst case\n", l.ServerView)
+		} else {
+			fmt.Fprintf(stdout, "    against the server, which sees %s: %s\n", l.ServerView, spent(s))
+		}
+	}
+	switch {
+	case l.Central != nil:
+		fmt.Fprintf(stdout, "    central DP of the last round's mean (AugCorBin-FL Theorem 3, corrected): eps %.4g at delta %g\n", l.Central.Eps, l.Central.Delta)
+	case l.CentralNote != "":
+		fmt.Fprintf(stdout, "    central DP of the last round's mean (AugCorBin-FL Theorem 3, corrected): none: %s\n", l.CentralNote)
+	}
 }
