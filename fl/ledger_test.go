@@ -27,7 +27,7 @@ func TestLedgerEncodesForAnyClientCount(t *testing.T) {
 		{"augcorbin", false, []int{2, 3, 5, 10, 20, 40, 64, 65, 100, 150, 200, 250, 300}},
 		{"augcorbin", true, []int{3, 200}},
 		{"ldpq", false, []int{1, 2, 3, 20, 65, 200}},
-		{"ldpq", true, []int{2}},
+		{"ldpq", true, []int{3}},
 		{"corbin", false, []int{2, 3, 65}},
 	} {
 		for _, n := range tc.clients {
@@ -47,6 +47,17 @@ func TestLedgerEncodesForAnyClientCount(t *testing.T) {
 				checkLedger(t, back.Privacy)
 			}
 		}
+	}
+}
+
+// TestSecureRoundsOfTwo: a secure run whose rounds have fewer clients than
+// a client's policy accepts is refused before it starts, with the reason.
+func TestSecureRoundsOfTwo(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Mechanism, cfg.Weighting, cfg.SecureAggregation = "ldpq", "mean", true
+	_, err := New(cfg, fakeTask(2, 8, func(int) int { return 1 }))
+	if err == nil || !strings.Contains(err.Error(), "needs rounds of at least 3 clients") {
+		t.Errorf("a secure run of 2 clients: %v", err)
 	}
 }
 

@@ -58,11 +58,6 @@ const (
 	secureCorrupt = 0.05
 )
 
-// SecureCorrupt is the fraction of a round's clients that may collude with
-// the server, which secure rounds are sized for (secagg.SparseGraph) and
-// which the ledger takes out of the clients a sum hides among.
-const SecureCorrupt = secureCorrupt
-
 // beacon is the run's chain of secure rounds' graph randomness
 // (secagg.Beacon), from the server's secret.
 func (e *Engine) beacon() secagg.Beacon {
@@ -80,12 +75,16 @@ func (e *Engine) secureDropout() float64 {
 }
 
 // checkSecure reports why a run cannot use secure aggregation: a mechanism
-// whose decode is not affine in integer fields, or unequal weights (a
-// server, which does not know its clients' examples when it starts, needs
+// whose decode is not affine in integer fields, rounds of fewer clients
+// than a client's default policy accepts, or unequal weights (a server,
+// which does not know its clients' examples when it starts, needs
 // weighting: mean).
 func (e *Engine) checkSecure() error {
 	if _, err := mech.IntegerOf(e.m); err != nil {
 		return fmt.Errorf("fl: secure aggregation: %w", err)
+	}
+	if n, least := e.roundSize(), secagg.DefaultPolicy.MinClients; n < least {
+		return fmt.Errorf("fl: secure aggregation needs rounds of at least %d clients, as its clients demand (the sum of 2 tells each the other's input); a round here has %d", least, n)
 	}
 	if e.task.Clients == nil && e.cfg.Weighting != "mean" {
 		return errors.New("fl: a server's secure rounds sum the clients' messages with equal weights: set weighting: mean")

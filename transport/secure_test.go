@@ -6,13 +6,20 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"maps"
+	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cloudflare/circl/group"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/fl"
@@ -399,5 +406,163 @@ func TestSecureDeployment(t *testing.T) {
 	}
 	if model(true) != model(false) {
 		t.Error("the secure round's model differs from the plain round's")
+	}
+}
+
+// scripted is a server that deviates from the protocol as a test says: each
+// session gets a Hello (the real run's, with its beacon unless hello
+// changes it), a Welcome, one RoundStart, and then Finished once the
+// client has answered it. It records the kind of the client's answer.
+type scripted struct {
+	pb.UnimplementedFederationServer
+	hello   *pb.Hello
+	start   *pb.RoundStart
+	answers chan string
+}
+
+func (s *scripted) Session(stream pb.Federation_SessionServer) error {
+	if err := stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_Hello{Hello: s.hello}}); err != nil {
+		return err
+	}
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_Welcome{Welcome: &pb.Welcome{}}})
+	stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_RoundStart{RoundStart: s.start}})
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		var answer string
+		switch b := m.GetBody().(type) {
+		case *pb.ClientMessage_Decline:
+			answer = "declined: " + b.Decline.GetReason()
+		case *pb.ClientMessage_SecaggKeys:
+			answer = "keys"
+		case *pb.ClientMessage_Upload:
+			answer = "upload"
+		default:
+			continue
+		}
+		s.answers <- answer
+		return stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_Finished{Finished: &pb.Finished{Rounds: 1}}})
+	}
+}
+
+// TestClientPolicy: a client holds a server that deviates to its policy.
+// The honest round's settings get its keys; each deviation gets a decline
+// naming it, before the client sends anything of the round: a threshold of
+// 1 or of half the holders, a round of the client alone, fields wider than
+// fl packs or narrower than the sum, a graph seed the server chose, a
+// beacon that is not the committed chain's, a secure run's round without
+// secure aggregation, and a round the client answered before, in this
+// process or before its restart. A server that restarts the run with
+// another beacon, and a run without secure aggregation for a client that
+// requires it, are refused outright.
+func TestClientPolicy(t *testing.T) {
+	c := runConfig(t, "ldpq", 5, 3)
+	c.Weighting, c.SecureAggregation = "mean", true
+	srv, err := NewServer(ServerConfig{Run: c, Token: token, RoundTimeout: time.Minute, Log: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 5 {
+		if err := srv.eng.Enroll(k, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan, err := srv.eng.Begin(1, []int{0, 1, 2, 3, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitment := srv.eng.BeaconCommitment()
+	hello := &pb.Hello{RunId: srv.runID, Challenge: make([]byte, 32), ConfigYaml: string(srv.yaml), Beacon: commitment[:]}
+	honest := func() *pb.RoundStart {
+		return &pb.RoundStart{Round: 1, Position: 0, Global: encodeTensors(plan.Global), Ranges: encodeRanges(plan.Ranges),
+			Partner: -1, TimeLeftMilli: 60000, Secagg: newSecureRound(plan, time.Now(), nil).announce(plan)}
+	}
+	reseed := func(sa *pb.SecAgg) {
+		var ids []uint64
+		for _, k := range sa.GetClients() {
+			ids = append(ids, uint64(k))
+		}
+		seed := secagg.SessionSeed(srv.runID, 1, ids, [32]byte(sa.GetBeacon()))
+		sa.Seed = seed[:]
+	}
+	state := filepath.Join(t.TempDir(), "client.state")
+	play := func(name string, start *pb.RoundStart, h *pb.Hello, policy ClientPolicy) (string, error) {
+		s := &scripted{hello: h, start: start, answers: make(chan string, 1)}
+		gs := grpc.NewServer()
+		pb.RegisterFederationServer(gs, s)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go gs.Serve(lis)
+		defer gs.Stop()
+		var logs syncBuffer
+		cl, err := NewClient(ClientConfig{Server: lis.Addr().String(), ID: 0, Clients: 5, Key: NewKey(), Token: token,
+			Creds: insecure.NewCredentials(), RetryFor: time.Second, Policy: policy, State: state, Log: log.New(&logs, name+": ", 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Run(context.Background())
+		select {
+		case a := <-s.answers:
+			return a, err
+		default:
+			return "", err
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*pb.RoundStart)
+		want  string
+		after bool // the round is then answered
+	}{
+		{"threshold 1", func(rs *pb.RoundStart) { rs.Secagg.Threshold = 1 }, "declined: secagg: policy: threshold 1 with 5 share holders; at least 3", false},
+		{"half of the holders", func(rs *pb.RoundStart) { rs.Secagg.Threshold = 2 }, "threshold 2 with 5 share holders; at least 3", false},
+		{"alone", func(rs *pb.RoundStart) { rs.Secagg.Clients, rs.Secagg.Bits = []uint32{0}, 1; reseed(rs.Secagg) }, "policy: 1 clients in the round, at least 3", false},
+		{"33 bits", func(rs *pb.RoundStart) { rs.Secagg.Bits = 33 }, "33-bit fields; the sum of 5 clients' fields takes 3", false},
+		{"narrow", func(rs *pb.RoundStart) { rs.Secagg.Bits = 2 }, "2-bit fields; the sum of 5 clients' fields takes 3", false},
+		{"chosen seed", func(rs *pb.RoundStart) { rs.Secagg.Seed = make([]byte, 32) }, "the graph's seed does not derive from the round's beacon", false},
+		{"chosen beacon", func(rs *pb.RoundStart) { rs.Secagg.Beacon = make([]byte, 32); reseed(rs.Secagg) }, "beacon is not a link of the chain", false},
+		{"plain round", func(rs *pb.RoundStart) { rs.Secagg = nil }, "the run has secure aggregation, but round 1 does not", false},
+		{"honest", func(*pb.RoundStart) {}, "keys", true},
+	} {
+		rs := honest()
+		tc.edit(rs)
+		got, _ := play(tc.name, rs, hello, DefaultClientPolicy)
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("%s: the client answered %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	// The honest round was answered up to its keys; record it answered as
+	// the masked upload would, then a restarted client declines it.
+	st, err := loadClientState(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.answer(srv.runID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := play("again", honest(), hello, DefaultClientPolicy); !strings.Contains(got, "round 1 of this run was answered before") {
+		t.Errorf("a round answered before: %q", got)
+	}
+	other := proto.Clone(hello).(*pb.Hello)
+	other.Beacon = make([]byte, 32)
+	if _, err := play("new beacon", honest(), other, DefaultClientPolicy); err == nil || !strings.Contains(err.Error(), "beacon for run") {
+		t.Errorf("a run restarted with another beacon: %v", err)
+	}
+	plainCfg := c
+	plainCfg.SecureAggregation, plainCfg.Out = false, t.TempDir()
+	plainSrv, err := NewServer(ServerConfig{Run: plainCfg, Token: token, RoundTimeout: time.Minute, Log: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainHello := &pb.Hello{RunId: plainSrv.runID, Challenge: make([]byte, 32), ConfigYaml: string(plainSrv.yaml)}
+	if _, err := play("require", honest(), plainHello, ClientPolicy{RequireSecure: true, SecAgg: secagg.DefaultPolicy}); err == nil || !strings.Contains(err.Error(), "does not use secure aggregation") {
+		t.Errorf("a plain run for a client that requires secure aggregation: %v", err)
 	}
 }
