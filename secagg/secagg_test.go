@@ -828,3 +828,34 @@ func TestBadInput(t *testing.T) {
 		t.Error("a value of 2^bits accepted")
 	}
 }
+
+// TestBeacon: every round's link hashes to the commitment in t steps and
+// no other link does; the session seed depends on the run, the round, the
+// clients (not their order) and the link.
+func TestBeacon(t *testing.T) {
+	b := NewBeacon([32]byte{1}, 20)
+	c := b.Commitment()
+	for r := 1; r <= 20; r++ {
+		if !CheckLink(c, b.Link(r), r) {
+			t.Errorf("round %d's link does not check", r)
+		}
+		if CheckLink(c, b.Link(r), r+1) || CheckLink(c, b.Link(r), r-1) || CheckLink(c, NewBeacon([32]byte{2}, 20).Link(r), r) {
+			t.Errorf("round %d: another round's or chain's link checks", r)
+		}
+	}
+	ids := []uint64{3, 1, 2}
+	seed := SessionSeed([]byte("run"), 4, ids, b.Link(4))
+	if seed != SessionSeed([]byte("run"), 4, []uint64{1, 2, 3}, b.Link(4)) {
+		t.Error("the seed depends on the clients' order")
+	}
+	for name, other := range map[string][32]byte{
+		"run":     SessionSeed([]byte("other run"), 4, ids, b.Link(4)),
+		"round":   SessionSeed([]byte("run"), 5, ids, b.Link(4)),
+		"clients": SessionSeed([]byte("run"), 4, ids[:2], b.Link(4)),
+		"link":    SessionSeed([]byte("run"), 4, ids, b.Link(5)),
+	} {
+		if other == seed {
+			t.Errorf("the seed does not depend on the %s", name)
+		}
+	}
+}

@@ -51,6 +51,9 @@ func FuzzClientMessage(f *testing.F) {
 		c := experiment.Default()
 		c.Clients, c.Rounds, c.Mechanism, c.Out = 2, 1, name, f.TempDir()
 		c.SecureAggregation, c.Weighting = i >= secureFrom, "mean"
+		if c.SecureAggregation {
+			c.Clients = 3 // a secure run's rounds have 3 at least; clients 0 and 1 take part
+		}
 		srv, err := NewServer(ServerConfig{Run: c, Token: token, RoundTimeout: 1, Log: log.New(io.Discard, "", 0)})
 		if err != nil {
 			f.Fatalf("%s: %v", name, err)
@@ -63,7 +66,7 @@ func FuzzClientMessage(f *testing.F) {
 		servers[i] = fuzzServer{srv: srv, global: clone(srv.eng.Global())}
 
 		// The seeds: an honest upload of client 0, and what a pair sends.
-		plan, err := srv.eng.Begin(1, nil)
+		plan, err := srv.eng.Begin(1, []int{0, 1})
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -126,10 +129,10 @@ func FuzzClientMessage(f *testing.F) {
 		}
 		fs := servers[int(which)%len(servers)]
 		srv := fs.srv
-		if err := srv.eng.Restore(fl.State{Joined: make([]int, 2), Global: clone(fs.global)}); err != nil {
+		if err := srv.eng.Restore(fl.State{Joined: make([]int, srv.cfg.Run.Clients), Global: clone(fs.global)}); err != nil {
 			t.Fatal(err)
 		}
-		plan, err := srv.eng.Begin(1, nil)
+		plan, err := srv.eng.Begin(1, []int{0, 1})
 		if err != nil {
 			t.Fatal(err)
 		}
