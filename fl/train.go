@@ -371,7 +371,7 @@ func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) uploa
 	u := upload{pos: pos, Upload: Upload{Examples: len(e.task.Clients[k])}}
 	train := e.task.Data.Train
 	local, loss, err := tr.Train(ctx, p.Global, train.X, train.Y, e.task.Clients[k],
-		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k)})
+		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k), Client: k, Round: p.T})
 	if err != nil {
 		u.err = err
 		return u

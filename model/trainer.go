@@ -85,6 +85,10 @@ const (
 type TrainConfig struct {
 	Epochs, Batch int
 	Seed          uint64
+	// Client and Round say whose training this is. fedpq's engines ignore
+	// them; an external trainer (package extern) passes them on to the
+	// user's code.
+	Client, Round int
 }
 
 // goBackend is the process's Go backend, configured to run the ops of a

@@ -1,0 +1,400 @@
+package extern
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/fedpq/fedpq/model"
+)
+
+// Trainer trains and evaluates through one trainer process of its pool;
+// it implements fl.Trainer. A process that died, hung or broke the
+// protocol is replaced by a new one at the next request, so a deployed
+// client can go on with its next round. A Trainer is not safe for
+// concurrent use.
+type Trainer struct {
+	pool   *Pool
+	id     int
+	handed bool
+
+	mu       sync.Mutex // held while a request (or the start) runs
+	proc     *process
+	hello    string // the process's name for itself
+	startErr error  // a background start's failure, reported once
+	datasets map[dataKey]*sent
+	nextData int
+	stats    Stats
+}
+
+// dataKey identifies a dataset by its examples' backing array: fedpq's
+// datasets are never modified once loaded.
+type dataKey struct {
+	x *float32
+	n int
+}
+
+// sent is what the process holds of one dataset.
+type sent struct {
+	id   string
+	have []bool
+}
+
+// Stats are the trainer's counts so far.
+func (t *Trainer) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats
+}
+
+// ensure starts the process if there is none or it broke: hello, then
+// setup. t.mu is held.
+func (t *Trainer) ensure() error {
+	if t.proc != nil && t.proc.broken == nil {
+		return nil
+	}
+	if t.proc != nil {
+		t.proc.close(0)
+		t.proc = nil
+	}
+	p := t.pool
+	start := time.Now()
+	proc, err := startProcess(t.id, &p.opts)
+	if err != nil {
+		return err
+	}
+	t.proc, t.datasets = proc, map[dataKey]*sent{}
+	t.stats.Starts++
+	f, err := proc.readHello(p.opts.Timeout)
+	if err != nil {
+		return err
+	}
+	if f.h.Type != "hello" || f.h.Protocol != Protocol {
+		proc.broken = &ProcessError{Trainer: proc.label(), Command: proc.command,
+			Reason: fmt.Sprintf("opened with a %q message of protocol %d; fedpq speaks protocol %d and waits for a hello", f.h.Type, f.h.Protocol, Protocol)}
+		proc.stop("wrong hello")
+		return proc.broken
+	}
+	t.hello = f.h.Trainer
+	h := &header{Type: "setup", Protocol: Protocol, Seed: p.spec.Seed, InputShape: p.spec.Input, Classes: p.spec.Classes, Threads: p.threads()}
+	f, err = proc.request(context.Background(), p.opts.Timeout, "setup", h)
+	if err == nil {
+		err = p.describe(t, f)
+	}
+	if err != nil {
+		// A process without a model is of no use: the next request
+		// starts another.
+		proc.broken = err
+		proc.stop("its setup failed")
+		return err
+	}
+	t.stats.StartSeconds += elapsed(start)
+	return nil
+}
+
+// begin waits for the trainer's start, restarting a broken process.
+// t.mu is held.
+func (t *Trainer) begin() error {
+	if err := t.startErr; err != nil {
+		t.startErr = nil
+		return err
+	}
+	return t.ensure()
+}
+
+// Train trains the model from weights on the examples idx of (x, y) in
+// the trainer process, with cfg's epochs, batch, seed, client and round and
+// the pool's optimizer, and returns the trained weights and the mean loss
+// the trainer reports. The examples of idx that the process does not hold
+// yet are sent first.
+func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y []int32, idx []int, cfg model.TrainConfig) ([][]float32, float64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.begin(); err != nil {
+		return nil, 0, err
+	}
+	if cfg.Epochs < 1 || cfg.Batch < 1 || len(idx) == 0 {
+		return nil, 0, fmt.Errorf("trainer: %d epochs of batch %d on %d examples", cfg.Epochs, cfg.Batch, len(idx))
+	}
+	start := time.Now()
+	ds, err := t.send(ctx, x, y, idx)
+	if err != nil {
+		return nil, 0, err
+	}
+	o := t.pool.opts
+	opt := t.pool.spec.Optimizer
+	h := &header{Type: "train", Dataset: ds, Client: cfg.Client, Round: cfg.Round, Seed: cfg.Seed,
+		Epochs: cfg.Epochs, Batch: cfg.Batch, Optimizer: opt.Name, LR: opt.LR, Momentum: opt.Momentum,
+		WeightDecay: opt.WeightDecay, Threads: t.pool.threads()}
+	body, err := t.weights(h, weights)
+	if err != nil {
+		return nil, 0, err
+	}
+	h.Arrays = []array{{Name: "indices", DType: "int32", Shape: []int{len(idx)}}}
+	body = append(body, i32Bytes(idx))
+	f, err := t.proc.request(ctx, o.Timeout, "train", h, body...)
+	if err != nil {
+		return nil, 0, err
+	}
+	t.count(h, f, start)
+	bad := func(format string, a ...any) error {
+		return &ReplyError{Trainer: t.proc.label(), What: "train", Reason: fmt.Sprintf(format, a...)}
+	}
+	if f.h.Type != "trained" {
+		t.proc.broken = bad("a %q message, want trained", f.h.Type)
+		t.proc.stop("wrong reply")
+		return nil, 0, t.proc.broken
+	}
+	if f.h.Examples != len(idx) {
+		return nil, 0, bad("it trained on %d examples, but was sent %d", f.h.Examples, len(idx))
+	}
+	if loss := float64(f.h.Loss); !(loss >= 0 && loss <= math.MaxFloat32) {
+		return nil, 0, bad("loss %v; want the mean training loss, a finite number >= 0", loss)
+	}
+	out, err := t.tensors(f, t.pool.specs, "train")
+	if err != nil {
+		return nil, 0, err
+	}
+	switch f.h.Result {
+	case "", "weights":
+	case "update":
+		for i, w := range out {
+			for j := range w {
+				w[j] += weights[i][j]
+				if v := w[j]; math.IsInf(float64(v), 0) {
+					return nil, 0, bad("tensor %s[%d]: the weight plus the update is %v", t.pool.specs[i].Name, j, v)
+				}
+			}
+		}
+	default:
+		return nil, 0, bad("result %q: want weights or update", f.h.Result)
+	}
+	return out, float64(f.h.Loss), nil
+}
+
+// Evaluate returns the accuracy and mean loss of weights on the examples
+// idx of (x, y) (nil: all), computed by the trainer process.
+func (t *Trainer) Evaluate(weights [][]float32, x []float32, y []int32, idx []int) (acc, loss float64, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.begin(); err != nil {
+		return 0, 0, err
+	}
+	if idx == nil {
+		idx = make([]int, len(y))
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	if len(idx) == 0 {
+		return 0, 0, errors.New("trainer: no examples to evaluate")
+	}
+	start := time.Now()
+	ctx := context.Background()
+	ds, err := t.send(ctx, x, y, idx)
+	if err != nil {
+		return 0, 0, err
+	}
+	h := &header{Type: "evaluate", Dataset: ds, Threads: t.pool.threads()}
+	body, err := t.weights(h, weights)
+	if err != nil {
+		return 0, 0, err
+	}
+	h.Arrays = []array{{Name: "indices", DType: "int32", Shape: []int{len(idx)}}}
+	body = append(body, i32Bytes(idx))
+	f, err := t.proc.request(ctx, t.pool.opts.Timeout, "evaluate", h, body...)
+	if err != nil {
+		return 0, 0, err
+	}
+	t.count(h, f, start)
+	bad := func(format string, a ...any) error {
+		return &ReplyError{Trainer: t.proc.label(), What: "evaluate", Reason: fmt.Sprintf(format, a...)}
+	}
+	switch l := float64(f.h.Loss); {
+	case f.h.Type != "evaluated":
+		t.proc.broken = bad("a %q message, want evaluated", f.h.Type)
+		t.proc.stop("wrong reply")
+		return 0, 0, t.proc.broken
+	case len(f.h.Tensors)+len(f.h.Arrays) > 0:
+		return 0, 0, bad("it carries arrays; an evaluation reply has none")
+	case f.h.Examples != len(idx):
+		return 0, 0, bad("it evaluated %d examples, but was sent %d", f.h.Examples, len(idx))
+	case f.h.Correct < 0 || f.h.Correct > len(idx):
+		return 0, 0, bad("%d correct of %d", f.h.Correct, len(idx))
+	case math.IsNaN(l) || math.IsInf(l, 0) || l < 0:
+		return 0, 0, bad("loss %v; want the mean loss, a finite number >= 0", l)
+	}
+	n := float64(len(idx))
+	return float64(f.h.Correct) / n, float64(f.h.Loss), nil
+}
+
+// count adds a request and its reply to the stats.
+func (t *Trainer) count(h *header, f *frame, start time.Time) {
+	s := &t.stats
+	s.Requests++
+	s.Seconds += elapsed(start)
+	if v := f.h.Seconds; v > 0 && !math.IsInf(v, 0) {
+		s.UserSeconds += v
+	}
+	n, _ := h.bodySize()
+	s.BytesSent += int64(n)
+	s.BytesRead += int64(len(f.body))
+}
+
+// weights sets h's tensors to the model's and returns their bytes, after
+// checking that weights fit the model.
+func (t *Trainer) weights(h *header, weights [][]float32) ([][]byte, error) {
+	specs := t.pool.specs
+	if len(weights) != len(specs) {
+		return nil, fmt.Errorf("trainer: %d weight tensors for a model of %d", len(weights), len(specs))
+	}
+	body := make([][]byte, len(specs))
+	h.Tensors = make([]array, len(specs))
+	for i, s := range specs {
+		if len(weights[i]) != s.Size() {
+			return nil, fmt.Errorf("trainer: tensor %s has %d values, want %d (shape %v)", s.Name, len(weights[i]), s.Size(), s.Shape)
+		}
+		h.Tensors[i] = array{Name: s.Name, DType: "float32", Shape: s.Shape}
+		body[i] = f32Bytes(weights[i])
+	}
+	return body, nil
+}
+
+// tensors reads a reply's tensors: exactly the model's (by name, in any
+// order), each of its shape, every value finite; in the model's order.
+func (t *Trainer) tensors(f *frame, specs []model.TensorSpec, what string) ([][]float32, error) {
+	bad := func(format string, a ...any) error {
+		return &ReplyError{Trainer: t.proc.label(), What: what, Reason: fmt.Sprintf(format, a...)}
+	}
+	if len(f.h.Arrays) > 0 {
+		return nil, bad("it carries %d arrays besides its tensors (%s...)", len(f.h.Arrays), f.h.Arrays[0].Name)
+	}
+	at := map[string]int{}
+	off := 0
+	offsets := make([]int, len(f.h.Tensors))
+	for i, a := range f.h.Tensors {
+		if _, dup := at[a.Name]; dup {
+			return nil, bad("tensor %s twice", a.Name)
+		}
+		at[a.Name] = i
+		offsets[i] = off
+		off += 4 * a.elems()
+	}
+	out := make([][]float32, len(specs))
+	for i, s := range specs {
+		j, ok := at[s.Name]
+		if !ok {
+			return nil, bad("tensor %s (shape %v) is missing", s.Name, s.Shape)
+		}
+		delete(at, s.Name)
+		a := f.h.Tensors[j]
+		if a.DType != "float32" {
+			return nil, bad("tensor %s is %s, want float32", s.Name, a.DType)
+		}
+		if !slices.Equal(a.Shape, s.Shape) {
+			return nil, bad("tensor %s has shape %v, want %v", s.Name, a.Shape, s.Shape)
+		}
+		w := f32s(f.body[offsets[j] : offsets[j]+4*s.Size()])
+		for k, v := range w {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return nil, bad("tensor %s value %d is %v", s.Name, k, v)
+			}
+		}
+		out[i] = w
+	}
+	for name := range at {
+		return nil, bad("tensor %s is not one of the model's %d", name, len(specs))
+	}
+	return out, nil
+}
+
+// send makes sure the process holds the examples idx of (x, y), sending
+// those it lacks in one data message, and returns the dataset's id.
+func (t *Trainer) send(ctx context.Context, x []float32, y []int32, idx []int) (string, error) {
+	spec := t.pool.spec
+	feat := 1
+	for _, d := range spec.Input {
+		feat *= d
+	}
+	n := len(y)
+	if len(x) != n*feat || n == 0 {
+		return "", fmt.Errorf("trainer: %d feature values for %d examples of shape %v", len(x), n, spec.Input)
+	}
+	if n > math.MaxInt32 {
+		return "", fmt.Errorf("trainer: %d examples, more than the protocol's int32 indices", n)
+	}
+	key := dataKey{unsafe.SliceData(x), len(x)}
+	ds := t.datasets[key]
+	if ds == nil {
+		ds = &sent{id: fmt.Sprintf("d%d", t.nextData), have: make([]bool, n)}
+		t.nextData++
+		t.datasets[key] = ds
+	}
+	var missing []int
+	for _, i := range idx {
+		if i < 0 || i >= n {
+			return "", fmt.Errorf("trainer: example index %d out of range [0, %d)", i, n)
+		}
+		if !ds.have[i] {
+			ds.have[i] = true // once: idx may repeat an example
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return ds.id, nil
+	}
+	rows := make([]float32, 0, len(missing)*feat)
+	labels := make([]int, len(missing))
+	for j, i := range missing {
+		if y[i] < 0 || int(y[i]) >= spec.Classes {
+			ds.unmark(missing)
+			return "", fmt.Errorf("trainer: example %d has label %d, want [0, %d)", i, y[i], spec.Classes)
+		}
+		rows = append(rows, x[i*feat:(i+1)*feat]...)
+		labels[j] = int(y[i])
+	}
+	h := &header{Type: "data", Dataset: ds.id, Size: n, InputShape: spec.Input, Arrays: []array{
+		{Name: "indices", DType: "int32", Shape: []int{len(missing)}},
+		{Name: "x", DType: "float32", Shape: append([]int{len(missing)}, spec.Input...)},
+		{Name: "y", DType: "int32", Shape: []int{len(missing)}},
+	}}
+	f, err := t.proc.request(ctx, t.pool.opts.Timeout, "data", h, i32Bytes(missing), f32Bytes(rows), i32Bytes(labels))
+	if err != nil {
+		ds.unmark(missing)
+		return "", err
+	}
+	if f.h.Type != "ok" {
+		ds.unmark(missing)
+		t.proc.broken = &ReplyError{Trainer: t.proc.label(), What: "data", Reason: fmt.Sprintf("a %q message, want ok", f.h.Type)}
+		t.proc.stop("wrong reply")
+		return "", t.proc.broken
+	}
+	t.stats.Examples += int64(len(missing))
+	b, _ := h.bodySize()
+	t.stats.BytesSent += int64(b)
+	return ds.id, nil
+}
+
+func (s *sent) unmark(idx []int) {
+	for _, i := range idx {
+		s.have[i] = false
+	}
+}
+
+// closeGrace is how long a trainer has to exit after its bye.
+var closeGrace = 5 * time.Second
+
+// close stops the trainer's process.
+func (t *Trainer) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.proc != nil {
+		t.proc.close(closeGrace)
+		t.proc = nil
+	}
+}
