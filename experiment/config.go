@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -84,7 +85,22 @@ type Config struct {
 	// (GoMLX graphs, the reference). Both train the same model to float32
 	// rounding; the seed reproduces a run bit for bit on one engine.
 	Engine string `yaml:"engine"`
+
+	// Trainer is the command line of an external trainer (package extern,
+	// docs/trainer.md): local training runs in the user's framework, in a
+	// pool of Workers such processes, and fedpq clips and encodes what
+	// they return. With Model a zoo architecture, the trainer's model must
+	// compute it (checked at the start); Model "external" trains whatever
+	// model the trainer describes. "": fedpq's own engine.
+	Trainer string `yaml:"trainer,omitempty"`
+	// TrainerTimeout bounds each request to a trainer (a Go duration such
+	// as 10m); "": extern.DefaultTimeout.
+	TrainerTimeout string `yaml:"trainer_timeout,omitempty"`
 }
+
+// External is the model name of a run whose model is the external
+// trainer's own (Config.Trainer).
+const External = "external"
 
 // Default is the quick start: a synthetic benchmark that needs no files,
 // where clients send their updates clipped to ±0.05 through corbin at
@@ -173,8 +189,11 @@ func (c Config) Validate() error {
 	if _, _, err := parsePartition(resolved.Partition); err != nil {
 		return err
 	}
-	if !slices.Contains(model.Names(), c.Model) {
-		return fmt.Errorf("model %q: want one of %v", c.Model, model.Names())
+	if err := c.validateTrainer(); err != nil {
+		return err
+	}
+	if !slices.Contains(model.Names(), c.Model) && c.Model != External {
+		return fmt.Errorf("model %q: want one of %v, or %s (the model of an external trainer)", c.Model, model.Names(), External)
 	}
 	if e := model.Engine(c.Engine); e != model.Native && e != model.GoMLX {
 		return fmt.Errorf("engine %q: want %s or %s", c.Engine, model.Native, model.GoMLX)
@@ -190,6 +209,29 @@ func (c Config) Validate() error {
 			c.Clients, c.Rounds, c.Epochs, c.Batch, c.EvalEvery)
 	}
 	return nil
+}
+
+// validateTrainer checks the external trainer's settings.
+func (c Config) validateTrainer() error {
+	if _, err := c.trainerTimeout(); err != nil {
+		return err
+	}
+	if c.Model == External && strings.TrimSpace(c.Trainer) == "" {
+		return fmt.Errorf("model %s: the model is an external trainer's; give its command (trainer, --trainer)", External)
+	}
+	return nil
+}
+
+// trainerTimeout is TrainerTimeout parsed; 0 for "".
+func (c Config) trainerTimeout() (time.Duration, error) {
+	if c.TrainerTimeout == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(c.TrainerTimeout)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("trainer_timeout %q: want a positive duration such as 30s or 10m", c.TrainerTimeout)
+	}
+	return d, nil
 }
 
 // mechConfig is the mechanism part of c.

@@ -8,6 +8,7 @@ import (
 	"runtime"
 
 	"github.com/fedpq/fedpq/data"
+	"github.com/fedpq/fedpq/extern"
 	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/model"
 	"github.com/fedpq/fedpq/report"
@@ -66,13 +67,14 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if err != nil {
 		return nil, err
 	}
+	defer su.Close()
 	workers := c.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	task := fl.Task{Model: su.Model, Data: su.Data, Clients: su.Clients, Validation: su.Validation}
+	task := fl.Task{Model: su.Arch(), Data: su.Data, Clients: su.Clients, Validation: su.Validation}
 	for range min(workers, len(su.Clients)) {
-		tr, err := su.Trainer()
+		tr, err := su.Worker()
 		if err != nil {
 			return nil, err
 		}
@@ -98,6 +100,7 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if err != nil {
 		rec.Fail(err)
 	}
+	rec.SetTrainerCost(su.TrainerCost())
 	s, cerr := rec.Close()
 	if err == nil {
 		err = cerr
@@ -114,8 +117,15 @@ type Setup struct {
 	Data       *data.Federated
 	Clients    [][]int // client k's examples in Data.Train
 	Validation []int   // held-out examples of Data.Train, or nil
-	Model      *model.Model
-	Optimizer  model.Optimizer
+	// Model is the run's architecture from fedpq's zoo; nil when the model
+	// is an external trainer's own (model: external). Arch is the model
+	// the round engine trains either way.
+	Model     *model.Model
+	Optimizer model.Optimizer
+	// Pool is the run's external trainer processes (Config.Trainer), nil
+	// on fedpq's engine; Close stops them.
+	Pool  *extern.Pool
+	first fl.Trainer // the pool's first trainer, which the first Worker call hands out
 }
 
 // NewSetup validates c, loads its data and partitions it. The setup's
@@ -141,15 +151,27 @@ func NewSetup(c Config) (*Setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.New(c.Model, fed.Train.Shape, fed.Train.Classes)
-	if err != nil {
-		return nil, err
+	su := &Setup{Config: c, Engine: ec, Data: fed, Clients: clients, Validation: val, Optimizer: opt}
+	if c.Model != External {
+		if su.Model, err = model.New(c.Model, fed.Train.Shape, fed.Train.Classes); err != nil {
+			return nil, err
+		}
 	}
-	return &Setup{Config: c, Engine: ec, Data: fed, Clients: clients, Validation: val, Model: m, Optimizer: opt}, nil
+	if c.Trainer != "" {
+		if err := su.startTrainers(); err != nil {
+			return nil, err
+		}
+	}
+	return su, nil
 }
 
-// Trainer returns a new trainer of the setup's model and optimizer.
+// Trainer returns a new trainer of the setup's zoo model and optimizer on
+// fedpq's engine (Worker gives the external trainer's, where the run has
+// one).
 func (s *Setup) Trainer() (*model.Trainer, error) {
+	if s.Model == nil {
+		return nil, fmt.Errorf("model %s: the model is the external trainer's; fedpq's engine cannot train it", External)
+	}
 	return s.Model.NewTrainerOn(model.Engine(s.Config.Engine), s.Optimizer)
 }
 
@@ -233,6 +255,10 @@ func (rec *Recorder) add(r report.Round) error {
 func (rec *Recorder) Fail(err error) {
 	rec.s.Error = fmt.Sprintf("stopped after round %d of %d: %v", rec.eng.Done(), rec.eng.Rounds(), err)
 }
+
+// SetTrainerCost records what the run's external trainer cost (nil: it
+// has none) in the summary.
+func (rec *Recorder) SetTrainerCost(c *report.TrainerCost) { rec.s.Trainer = c }
 
 // Close writes the summary and the plots, and returns the summary.
 func (rec *Recorder) Close() (*report.Summary, error) {

@@ -11,12 +11,20 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fedpq/fedpq/extern/externtest"
+	"github.com/fedpq/fedpq/extern/internal/frame"
 	"github.com/fedpq/fedpq/model"
 )
+
+func TestMain(m *testing.M) {
+	externtest.Main()
+	os.Exit(m.Run())
+}
 
 // A small dataset of 60 examples of shape [2 2 1] (an image: HWC) in 3
 // classes.
@@ -44,7 +52,7 @@ var spec = Spec{Seed: 12, Input: input, Classes: classes, Optimizer: model.Optim
 // the Python one (the adapter's framing, numpy only) where
 // /usr/bin/python3 has numpy.
 func fakes(t *testing.T) map[string]func(mode string) string {
-	out := map[string]func(string) string{"go": fakeCommand}
+	out := map[string]func(string) string{"go": externtest.Command}
 	if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
 		t.Logf("skipping the Python fake trainer: /usr/bin/python3 cannot import numpy (Debian's python3-numpy): %v", err)
 		return out
@@ -79,7 +87,7 @@ func TestTrainAndEvaluate(t *testing.T) {
 				t.Fatalf("tensors %v", specs)
 			}
 			init := p.Init(spec.Seed)
-			if init[1][0] != float32(spec.Seed%5) || init[0][1] != float32(0.01*float64(1%7-3)) {
+			if w, b := externtest.Init(classes, feat, spec.Seed); !slices.Equal(init[0], w) || !slices.Equal(init[1], b) {
 				t.Errorf("initial values %v", init)
 			}
 			if p.Init(spec.Seed+1) != nil {
@@ -113,8 +121,14 @@ func TestTrainAndEvaluate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if acc != 20.0/60 || loss != 0.5 {
-				t.Errorf("evaluate: accuracy %v loss %v, want 1/3 (class 0's share) and 0.5", acc, loss)
+			rows, labels := split(x, y)
+			all := make([]int, 60)
+			for i := range all {
+				all[i] = i
+			}
+			correct, wantLoss := externtest.Evaluate(init[0], init[1], rows, labels, all, classes, false)
+			if acc != float64(correct)/60 || math.Abs(loss-wantLoss) > 1e-9 {
+				t.Errorf("evaluate: accuracy %v loss %v, want %v and %v", acc, loss, float64(correct)/60, wantLoss)
 			}
 			if s := p.Stats(); s.Trainers != 2 || s.Starts != 2 || s.Requests != 4 || s.Examples != 75 {
 				t.Errorf("pool stats %+v: want 2 trainers, 4 requests, 75 examples sent (15, and 60 to trainer 1)", s)
@@ -125,14 +139,19 @@ func TestTrainAndEvaluate(t *testing.T) {
 
 // expected is the fake trainer's result.
 func expected(w [][]float32, x []float32, y []int32, idx []int, cfg model.TrainConfig) [][]float32 {
+	rows, labels := split(x, y)
+	nw, nb := externtest.Step(w[0], w[1], rows, labels, idx, classes, spec.Optimizer.LR, cfg.Epochs)
+	return [][]float32{nw, nb}
+}
+
+func split(x []float32, y []int32) ([][]float32, []int) {
 	rows := make([][]float32, len(y))
 	labels := make([]int, len(y))
 	for i := range rows {
 		rows[i] = x[i*feat : (i+1)*feat]
 		labels[i] = int(y[i])
 	}
-	nw, nb := fakeStep(header{LR: spec.Optimizer.LR, Epochs: cfg.Epochs}, w[0], w[1], idx, rows, labels, classes, feat)
-	return [][]float32{nw, nb}
+	return rows, labels
 }
 
 func closeTo(t *testing.T, got, want [][]float32) {
@@ -284,7 +303,7 @@ func TestPrintsGoToStderr(t *testing.T) {
 
 // TestCancel: a cancelled run stops a trainer in the middle of a request.
 func TestCancel(t *testing.T) {
-	p := newPool(t, fakeCommand("hang-train"), time.Hour, nil)
+	p := newPool(t, externtest.Command("hang-train"), time.Hour, nil)
 	tr, _ := p.Trainer()
 	x, y := dataset(60)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -300,7 +319,7 @@ func TestCancel(t *testing.T) {
 func TestCloseKillsStragglers(t *testing.T) {
 	defer func(g time.Duration) { closeGrace = g }(closeGrace)
 	closeGrace = 200 * time.Millisecond
-	p, err := NewPool(Options{Command: fakeCommand("slow-exit"), Timeout: 5 * time.Second}, spec)
+	p, err := NewPool(Options{Command: externtest.Command("slow-exit"), Timeout: 5 * time.Second}, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +334,7 @@ func TestCloseKillsStragglers(t *testing.T) {
 // the first one did.
 func TestDescribeMismatch(t *testing.T) {
 	mark := t.TempDir() + "/started"
-	cmd := fmt.Sprintf(`mode=; if [ -e %q ]; then mode=other; fi; touch %q; FEDPQ_FAKE_TRAINER=$mode exec %q -test.run=^$`, mark, mark, os.Args[0])
+	cmd := fmt.Sprintf(`if [ -e %q ]; then %s; fi; touch %q; %s`, mark, externtest.Command("other"), mark, externtest.Command(""))
 	p := newPool(t, cmd, 30*time.Second, nil)
 	p.Trainer()
 	tr, _ := p.Trainer()
@@ -331,24 +350,24 @@ func TestDescribeMismatch(t *testing.T) {
 func TestFraming(t *testing.T) {
 	var good bytes.Buffer
 	w := bufio.NewWriter(&good)
-	h := &header{Type: "trained", Loss: jsonFloat(math.Inf(-1)), Tensors: []array{{Name: "w", DType: "float32", Shape: []int{2}}}}
-	if err := writeFrame(w, h, f32Bytes([]float32{1, 2})); err != nil {
+	h := &frame.Header{Type: "trained", Loss: frame.Float(math.Inf(-1)), Tensors: []frame.Array{{Name: "w", DType: "float32", Shape: []int{2}}}}
+	if err := frame.Write(w, h, frame.F32Bytes([]float32{1, 2})); err != nil {
 		t.Fatal(err)
 	}
-	f, err := readFrame(bufio.NewReader(bytes.NewReader(good.Bytes())))
-	if err != nil || !math.IsInf(float64(f.h.Loss), -1) || f32s(f.body)[1] != 2 {
+	f, err := frame.Read(bufio.NewReader(bytes.NewReader(good.Bytes())))
+	if err != nil || !math.IsInf(float64(f.H.Loss), -1) || frame.F32s(f.Body)[1] != 2 {
 		t.Fatalf("round trip: %+v, %v", f, err)
 	}
-	if err := writeFrame(w, h, f32Bytes([]float32{1})); err == nil {
+	if err := frame.Write(w, h, frame.F32Bytes([]float32{1})); err == nil {
 		t.Error("writing a body that is not the header's arrays: no error")
 	}
-	frame := func(magic string, hn uint32, bn uint64, hdr string, body []byte) []byte {
+	build := func(magic string, hn uint32, bn uint64, hdr string, body []byte) []byte {
 		b := []byte(magic)
 		b = binary.LittleEndian.AppendUint32(b, hn)
 		b = binary.LittleEndian.AppendUint64(b, bn)
 		return append(append(b, hdr...), body...)
 	}
-	headerOnly := func(h string) []byte { return frame("fqtr", uint32(len(h)), 0, h, nil) }
+	headerOnly := func(h string) []byte { return build("fqtr", uint32(len(h)), 0, h, nil) }
 	hdr := `{"type":"trained","tensors":[{"name":"w","dtype":"float32","shape":[2]}]}`
 	for _, c := range []struct {
 		name string
@@ -357,16 +376,16 @@ func TestFraming(t *testing.T) {
 	}{
 		{"truncated prefix", []byte("fqtr\x01"), "the stream ended after"},
 		{"bad magic", []byte("Traceback (most recent call last):\n"), `it starts "Traceback (most recent call last):.`},
-		{"huge header", frame("fqtr", 1<<30, 0, "", nil), "a header of 1073741824 bytes"},
-		{"header not JSON", frame("fqtr", 3, 0, "{x}", nil), "its header is not the JSON of a message"},
-		{"body size", frame("fqtr", uint32(len(hdr)), 4, hdr, make([]byte, 4)), "a body of 4 bytes, but its arrays take 8"},
-		{"truncated body", frame("fqtr", uint32(len(hdr)), 8, hdr, make([]byte, 4)), "the stream ended inside a trained message's body"},
+		{"huge header", build("fqtr", 1<<30, 0, "", nil), "a header of 1073741824 bytes"},
+		{"header not JSON", build("fqtr", 3, 0, "{x}", nil), "its header is not the JSON of a message"},
+		{"body size", build("fqtr", uint32(len(hdr)), 4, hdr, make([]byte, 4)), "a body of 4 bytes, but its arrays take 8"},
+		{"truncated body", build("fqtr", uint32(len(hdr)), 8, hdr, make([]byte, 4)), "the stream ended inside a trained message's body"},
 		{"bad dtype", headerOnly(`{"type":"x","arrays":[{"name":"a","dtype":"int8","shape":[1]}]}`), `element type "int8"`},
 		{"negative shape", headerOnly(`{"type":"x","arrays":[{"name":"a","dtype":"int32","shape":[-1]}]}`), "has shape [-1]"},
 		{"bad loss", headerOnly(`{"type":"x","loss":"lots"}`), "want a number, nan, inf or -inf"},
 	} {
-		_, err := readFrame(bufio.NewReader(bytes.NewReader(c.b)))
-		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, errFraming) {
+		_, err := frame.Read(bufio.NewReader(bytes.NewReader(c.b)))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, frame.ErrFraming) {
 			t.Errorf("%s: %v; want a framing error saying %q", c.name, err, c.want)
 		}
 	}

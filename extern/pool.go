@@ -30,8 +30,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fedpq/fedpq/extern/internal/frame"
 	"github.com/fedpq/fedpq/model"
 )
+
+// Protocol is the version of the trainer protocol fedpq speaks
+// (docs/trainer.md); a trainer's hello must name it.
+const Protocol = frame.Protocol
 
 // Spec is what a pool's trainers are set up with: the seed of the initial
 // model, one example's shape (HWC for images, as fedpq's datasets hold
@@ -231,26 +236,26 @@ func (s *Stats) add(o Stats) {
 // describe checks a setup reply's tensors and values; the first trainer's
 // reply defines the pool's model, and every later one must describe the
 // same tensors.
-func (p *Pool) describe(t *Trainer, f *frame) error {
+func (p *Pool) describe(t *Trainer, f *frame.Frame) error {
 	bad := func(format string, a ...any) error {
 		return &ReplyError{Trainer: t.proc.label(), What: "setup", Reason: fmt.Sprintf(format, a...)}
 	}
-	if f.h.Type != "model" {
-		return bad("a %q message, want model", f.h.Type)
+	if f.H.Type != "model" {
+		return bad("a %q message, want model", f.H.Type)
 	}
-	if len(f.h.Arrays) > 0 || len(f.h.Tensors) == 0 {
-		return bad("%d tensors and %d other arrays: a model is one or more float32 tensors", len(f.h.Tensors), len(f.h.Arrays))
+	if len(f.H.Arrays) > 0 || len(f.H.Tensors) == 0 {
+		return bad("%d tensors and %d other arrays: a model is one or more float32 tensors", len(f.H.Tensors), len(f.H.Arrays))
 	}
-	specs := make([]model.TensorSpec, len(f.h.Tensors))
+	specs := make([]model.TensorSpec, len(f.H.Tensors))
 	seen := map[string]bool{}
-	for i, a := range f.h.Tensors {
+	for i, a := range f.H.Tensors {
 		if a.DType != "float32" {
 			return bad("tensor %q is %s, want float32", a.Name, a.DType)
 		}
 		if a.Name == "" || seen[a.Name] {
 			return bad("tensor %d's name %q is empty or repeated", i, a.Name)
 		}
-		if a.elems() < 1 {
+		if a.Elems() < 1 {
 			return bad("tensor %q has shape %v: no values", a.Name, a.Shape)
 		}
 		seen[a.Name] = true

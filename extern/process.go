@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fedpq/fedpq/extern/internal/frame"
 	"io"
 	"os"
 	"os/exec"
@@ -171,7 +172,7 @@ func (p *process) stop(why string) {
 // write or read. A reply of type "error" (the trainer's own code failed)
 // is returned as a *TrainerError and leaves the process usable; any other
 // failure leaves it broken.
-func (p *process) request(ctx context.Context, timeout time.Duration, what string, h *header, body ...[]byte) (*frame, error) {
+func (p *process) request(ctx context.Context, timeout time.Duration, what string, h *frame.Header, body ...[]byte) (*frame.Frame, error) {
 	if p.broken != nil {
 		return nil, p.broken
 	}
@@ -181,13 +182,13 @@ func (p *process) request(ctx context.Context, timeout time.Duration, what strin
 	defer timer.Stop()
 	unwatch := context.AfterFunc(ctx, func() { p.stop(fmt.Sprintf("stopped during %s: %v", what, context.Cause(ctx))) })
 	defer unwatch()
-	var f *frame
-	err := writeFrame(p.in, h, body...)
+	var f *frame.Frame
+	err := frame.Write(p.in, h, body...)
 	if err == nil {
-		f, err = readFrame(p.out)
+		f, err = frame.Read(p.out)
 	}
-	if err == nil && f.h.Type == "error" {
-		return nil, &TrainerError{Trainer: p.label(), What: what, Message: f.h.Message}
+	if err == nil && f.H.Type == "error" {
+		return nil, &TrainerError{Trainer: p.label(), What: what, Message: f.H.Message}
 	}
 	if err != nil {
 		p.broken = p.failure(what, err)
@@ -197,12 +198,12 @@ func (p *process) request(ctx context.Context, timeout time.Duration, what strin
 }
 
 // readHello reads the trainer's first message within timeout.
-func (p *process) readHello(timeout time.Duration) (*frame, error) {
+func (p *process) readHello(timeout time.Duration) (*frame.Frame, error) {
 	timer := time.AfterFunc(timeout, func() {
 		p.stop(fmt.Sprintf("sent no hello within %v of its start (trainer_timeout); stopped it", timeout))
 	})
 	defer timer.Stop()
-	f, err := readFrame(p.out)
+	f, err := frame.Read(p.out)
 	if err != nil {
 		p.broken = p.failure("its start", err)
 		return nil, p.broken
@@ -221,7 +222,7 @@ func (p *process) failure(what string, err error) error {
 		p.stop(stopped)
 		return &ProcessError{Trainer: p.label(), Command: p.command, Reason: stopped, Stderr: p.settledTail()}
 	}
-	if !errors.Is(err, errFraming) {
+	if !errors.Is(err, frame.ErrFraming) {
 		// An EOF or a broken pipe: the process is exiting, most likely.
 		select {
 		case <-p.exited:
@@ -236,7 +237,7 @@ func (p *process) failure(what string, err error) error {
 		} else {
 			reason += " with status 0"
 		}
-		if errors.Is(err, errFraming) {
+		if errors.Is(err, frame.ErrFraming) {
 			reason += fmt.Sprintf(" (after %v)", err)
 		}
 		return &ProcessError{Trainer: p.label(), Command: p.command, Reason: reason, Stderr: p.settledTail()}
@@ -260,7 +261,7 @@ func (p *process) settledTail() string {
 // waits up to grace for it; then it is killed.
 func (p *process) close(grace time.Duration) {
 	if p.broken == nil {
-		_ = writeFrame(p.in, &header{Type: "bye"})
+		_ = frame.Write(p.in, &frame.Header{Type: "bye"})
 	}
 	p.inFile.Close()
 	select {

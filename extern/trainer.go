@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/fedpq/fedpq/extern/internal/frame"
 	"github.com/fedpq/fedpq/model"
 )
 
@@ -74,14 +75,14 @@ func (t *Trainer) ensure() error {
 	if err != nil {
 		return err
 	}
-	if f.h.Type != "hello" || f.h.Protocol != Protocol {
+	if f.H.Type != "hello" || f.H.Protocol != Protocol {
 		proc.broken = &ProcessError{Trainer: proc.label(), Command: proc.command,
-			Reason: fmt.Sprintf("opened with a %q message of protocol %d; fedpq speaks protocol %d and waits for a hello", f.h.Type, f.h.Protocol, Protocol)}
+			Reason: fmt.Sprintf("opened with a %q message of protocol %d; fedpq speaks protocol %d and waits for a hello", f.H.Type, f.H.Protocol, Protocol)}
 		proc.stop("wrong hello")
 		return proc.broken
 	}
-	t.hello = f.h.Trainer
-	h := &header{Type: "setup", Protocol: Protocol, Seed: p.spec.Seed, InputShape: p.spec.Input, Classes: p.spec.Classes, Threads: p.threads()}
+	t.hello = f.H.Trainer
+	h := &frame.Header{Type: "setup", Protocol: Protocol, Seed: p.spec.Seed, InputShape: p.spec.Input, Classes: p.spec.Classes, Threads: p.threads()}
 	f, err = proc.request(context.Background(), p.opts.Timeout, "setup", h)
 	if err == nil {
 		err = p.describe(t, f)
@@ -128,15 +129,15 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 	}
 	o := t.pool.opts
 	opt := t.pool.spec.Optimizer
-	h := &header{Type: "train", Dataset: ds, Client: cfg.Client, Round: cfg.Round, Seed: cfg.Seed,
+	h := &frame.Header{Type: "train", Dataset: ds, Client: cfg.Client, Round: cfg.Round, Seed: cfg.Seed,
 		Epochs: cfg.Epochs, Batch: cfg.Batch, Optimizer: opt.Name, LR: opt.LR, Momentum: opt.Momentum,
 		WeightDecay: opt.WeightDecay, Threads: t.pool.threads()}
 	body, err := t.weights(h, weights)
 	if err != nil {
 		return nil, 0, err
 	}
-	h.Arrays = []array{{Name: "indices", DType: "int32", Shape: []int{len(idx)}}}
-	body = append(body, i32Bytes(idx))
+	h.Arrays = []frame.Array{{Name: "indices", DType: "int32", Shape: []int{len(idx)}}}
+	body = append(body, frame.I32Bytes(idx))
 	f, err := t.proc.request(ctx, o.Timeout, "train", h, body...)
 	if err != nil {
 		return nil, 0, err
@@ -145,22 +146,22 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 	bad := func(format string, a ...any) error {
 		return &ReplyError{Trainer: t.proc.label(), What: "train", Reason: fmt.Sprintf(format, a...)}
 	}
-	if f.h.Type != "trained" {
-		t.proc.broken = bad("a %q message, want trained", f.h.Type)
+	if f.H.Type != "trained" {
+		t.proc.broken = bad("a %q message, want trained", f.H.Type)
 		t.proc.stop("wrong reply")
 		return nil, 0, t.proc.broken
 	}
-	if f.h.Examples != len(idx) {
-		return nil, 0, bad("it trained on %d examples, but was sent %d", f.h.Examples, len(idx))
+	if f.H.Examples != len(idx) {
+		return nil, 0, bad("it trained on %d examples, but was sent %d", f.H.Examples, len(idx))
 	}
-	if loss := float64(f.h.Loss); !(loss >= 0 && loss <= math.MaxFloat32) {
+	if loss := float64(f.H.Loss); !(loss >= 0 && loss <= math.MaxFloat32) {
 		return nil, 0, bad("loss %v; want the mean training loss, a finite number >= 0", loss)
 	}
 	out, err := t.tensors(f, t.pool.specs, "train")
 	if err != nil {
 		return nil, 0, err
 	}
-	switch f.h.Result {
+	switch f.H.Result {
 	case "", "weights":
 	case "update":
 		for i, w := range out {
@@ -172,9 +173,9 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 			}
 		}
 	default:
-		return nil, 0, bad("result %q: want weights or update", f.h.Result)
+		return nil, 0, bad("result %q: want weights or update", f.H.Result)
 	}
-	return out, float64(f.h.Loss), nil
+	return out, float64(f.H.Loss), nil
 }
 
 // Evaluate returns the accuracy and mean loss of weights on the examples
@@ -200,13 +201,13 @@ func (t *Trainer) Evaluate(weights [][]float32, x []float32, y []int32, idx []in
 	if err != nil {
 		return 0, 0, err
 	}
-	h := &header{Type: "evaluate", Dataset: ds, Threads: t.pool.threads()}
+	h := &frame.Header{Type: "evaluate", Dataset: ds, Threads: t.pool.threads()}
 	body, err := t.weights(h, weights)
 	if err != nil {
 		return 0, 0, err
 	}
-	h.Arrays = []array{{Name: "indices", DType: "int32", Shape: []int{len(idx)}}}
-	body = append(body, i32Bytes(idx))
+	h.Arrays = []frame.Array{{Name: "indices", DType: "int32", Shape: []int{len(idx)}}}
+	body = append(body, frame.I32Bytes(idx))
 	f, err := t.proc.request(ctx, t.pool.opts.Timeout, "evaluate", h, body...)
 	if err != nil {
 		return 0, 0, err
@@ -215,75 +216,75 @@ func (t *Trainer) Evaluate(weights [][]float32, x []float32, y []int32, idx []in
 	bad := func(format string, a ...any) error {
 		return &ReplyError{Trainer: t.proc.label(), What: "evaluate", Reason: fmt.Sprintf(format, a...)}
 	}
-	switch l := float64(f.h.Loss); {
-	case f.h.Type != "evaluated":
-		t.proc.broken = bad("a %q message, want evaluated", f.h.Type)
+	switch l := float64(f.H.Loss); {
+	case f.H.Type != "evaluated":
+		t.proc.broken = bad("a %q message, want evaluated", f.H.Type)
 		t.proc.stop("wrong reply")
 		return 0, 0, t.proc.broken
-	case len(f.h.Tensors)+len(f.h.Arrays) > 0:
+	case len(f.H.Tensors)+len(f.H.Arrays) > 0:
 		return 0, 0, bad("it carries arrays; an evaluation reply has none")
-	case f.h.Examples != len(idx):
-		return 0, 0, bad("it evaluated %d examples, but was sent %d", f.h.Examples, len(idx))
-	case f.h.Correct < 0 || f.h.Correct > len(idx):
-		return 0, 0, bad("%d correct of %d", f.h.Correct, len(idx))
+	case f.H.Examples != len(idx):
+		return 0, 0, bad("it evaluated %d examples, but was sent %d", f.H.Examples, len(idx))
+	case f.H.Correct < 0 || f.H.Correct > len(idx):
+		return 0, 0, bad("%d correct of %d", f.H.Correct, len(idx))
 	case math.IsNaN(l) || math.IsInf(l, 0) || l < 0:
 		return 0, 0, bad("loss %v; want the mean loss, a finite number >= 0", l)
 	}
 	n := float64(len(idx))
-	return float64(f.h.Correct) / n, float64(f.h.Loss), nil
+	return float64(f.H.Correct) / n, float64(f.H.Loss), nil
 }
 
 // count adds a request and its reply to the stats.
-func (t *Trainer) count(h *header, f *frame, start time.Time) {
+func (t *Trainer) count(h *frame.Header, f *frame.Frame, start time.Time) {
 	s := &t.stats
 	s.Requests++
 	s.Seconds += elapsed(start)
-	if v := f.h.Seconds; v > 0 && !math.IsInf(v, 0) {
+	if v := f.H.Seconds; v > 0 && !math.IsInf(v, 0) {
 		s.UserSeconds += v
 	}
-	n, _ := h.bodySize()
+	n, _ := h.BodySize()
 	s.BytesSent += int64(n)
-	s.BytesRead += int64(len(f.body))
+	s.BytesRead += int64(len(f.Body))
 }
 
 // weights sets h's tensors to the model's and returns their bytes, after
 // checking that weights fit the model.
-func (t *Trainer) weights(h *header, weights [][]float32) ([][]byte, error) {
+func (t *Trainer) weights(h *frame.Header, weights [][]float32) ([][]byte, error) {
 	specs := t.pool.specs
 	if len(weights) != len(specs) {
 		return nil, fmt.Errorf("trainer: %d weight tensors for a model of %d", len(weights), len(specs))
 	}
 	body := make([][]byte, len(specs))
-	h.Tensors = make([]array, len(specs))
+	h.Tensors = make([]frame.Array, len(specs))
 	for i, s := range specs {
 		if len(weights[i]) != s.Size() {
 			return nil, fmt.Errorf("trainer: tensor %s has %d values, want %d (shape %v)", s.Name, len(weights[i]), s.Size(), s.Shape)
 		}
-		h.Tensors[i] = array{Name: s.Name, DType: "float32", Shape: s.Shape}
-		body[i] = f32Bytes(weights[i])
+		h.Tensors[i] = frame.Array{Name: s.Name, DType: "float32", Shape: s.Shape}
+		body[i] = frame.F32Bytes(weights[i])
 	}
 	return body, nil
 }
 
 // tensors reads a reply's tensors: exactly the model's (by name, in any
 // order), each of its shape, every value finite; in the model's order.
-func (t *Trainer) tensors(f *frame, specs []model.TensorSpec, what string) ([][]float32, error) {
+func (t *Trainer) tensors(f *frame.Frame, specs []model.TensorSpec, what string) ([][]float32, error) {
 	bad := func(format string, a ...any) error {
 		return &ReplyError{Trainer: t.proc.label(), What: what, Reason: fmt.Sprintf(format, a...)}
 	}
-	if len(f.h.Arrays) > 0 {
-		return nil, bad("it carries %d arrays besides its tensors (%s...)", len(f.h.Arrays), f.h.Arrays[0].Name)
+	if len(f.H.Arrays) > 0 {
+		return nil, bad("it carries %d arrays besides its tensors (%s...)", len(f.H.Arrays), f.H.Arrays[0].Name)
 	}
 	at := map[string]int{}
 	off := 0
-	offsets := make([]int, len(f.h.Tensors))
-	for i, a := range f.h.Tensors {
+	offsets := make([]int, len(f.H.Tensors))
+	for i, a := range f.H.Tensors {
 		if _, dup := at[a.Name]; dup {
 			return nil, bad("tensor %s twice", a.Name)
 		}
 		at[a.Name] = i
 		offsets[i] = off
-		off += 4 * a.elems()
+		off += 4 * a.Elems()
 	}
 	out := make([][]float32, len(specs))
 	for i, s := range specs {
@@ -292,14 +293,14 @@ func (t *Trainer) tensors(f *frame, specs []model.TensorSpec, what string) ([][]
 			return nil, bad("tensor %s (shape %v) is missing", s.Name, s.Shape)
 		}
 		delete(at, s.Name)
-		a := f.h.Tensors[j]
+		a := f.H.Tensors[j]
 		if a.DType != "float32" {
 			return nil, bad("tensor %s is %s, want float32", s.Name, a.DType)
 		}
 		if !slices.Equal(a.Shape, s.Shape) {
 			return nil, bad("tensor %s has shape %v, want %v", s.Name, a.Shape, s.Shape)
 		}
-		w := f32s(f.body[offsets[j] : offsets[j]+4*s.Size()])
+		w := frame.F32s(f.Body[offsets[j] : offsets[j]+4*s.Size()])
 		for k, v := range w {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 				return nil, bad("tensor %s value %d is %v", s.Name, k, v)
@@ -358,24 +359,24 @@ func (t *Trainer) send(ctx context.Context, x []float32, y []int32, idx []int) (
 		rows = append(rows, x[i*feat:(i+1)*feat]...)
 		labels[j] = int(y[i])
 	}
-	h := &header{Type: "data", Dataset: ds.id, Size: n, InputShape: spec.Input, Arrays: []array{
+	h := &frame.Header{Type: "data", Dataset: ds.id, Size: n, InputShape: spec.Input, Arrays: []frame.Array{
 		{Name: "indices", DType: "int32", Shape: []int{len(missing)}},
 		{Name: "x", DType: "float32", Shape: append([]int{len(missing)}, spec.Input...)},
 		{Name: "y", DType: "int32", Shape: []int{len(missing)}},
 	}}
-	f, err := t.proc.request(ctx, t.pool.opts.Timeout, "data", h, i32Bytes(missing), f32Bytes(rows), i32Bytes(labels))
+	f, err := t.proc.request(ctx, t.pool.opts.Timeout, "data", h, frame.I32Bytes(missing), frame.F32Bytes(rows), frame.I32Bytes(labels))
 	if err != nil {
 		ds.unmark(missing)
 		return "", err
 	}
-	if f.h.Type != "ok" {
+	if f.H.Type != "ok" {
 		ds.unmark(missing)
-		t.proc.broken = &ReplyError{Trainer: t.proc.label(), What: "data", Reason: fmt.Sprintf("a %q message, want ok", f.h.Type)}
+		t.proc.broken = &ReplyError{Trainer: t.proc.label(), What: "data", Reason: fmt.Sprintf("a %q message, want ok", f.H.Type)}
 		t.proc.stop("wrong reply")
 		return "", t.proc.broken
 	}
 	t.stats.Examples += int64(len(missing))
-	b, _ := h.bodySize()
+	b, _ := h.BodySize()
 	t.stats.BytesSent += int64(b)
 	return ds.id, nil
 }

@@ -204,10 +204,32 @@ func New(cfg Config, task Task) (*Engine, error) {
 			return nil, err
 		}
 	}
+	if err := checkInit(e.specs, e.global); err != nil {
+		return nil, err
+	}
 	for _, s := range e.specs {
 		e.params += size(s.Shape)
 	}
 	return e, nil
+}
+
+// checkInit checks a model's initial weights against its tensors: an
+// external trainer's model (package extern) comes from another process.
+func checkInit(specs []model.TensorSpec, w [][]float32) error {
+	if len(w) != len(specs) {
+		return fmt.Errorf("fl: the model's initial weights have %d tensors, its description %d", len(w), len(specs))
+	}
+	for i, s := range specs {
+		if len(w[i]) != size(s.Shape) {
+			return fmt.Errorf("fl: the model's initial tensor %s has %d values, want %d (shape %v)", s.Name, len(w[i]), size(s.Shape), s.Shape)
+		}
+		for j, v := range w[i] {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("fl: the model's initial tensor %s value %d is %v", s.Name, j, v)
+			}
+		}
+	}
+	return nil
 }
 
 func size(shape []int) int {

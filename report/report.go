@@ -91,6 +91,26 @@ type Summary struct {
 	// Error says why the run stopped before its last round; empty when it
 	// ran to the end. Its checkpoint lets it resume (fedpq run --resume).
 	Error string `json:"error,omitempty"`
+	// Trainer is what the run's external trainer cost, where it had one.
+	Trainer *TrainerCost `json:"trainer,omitempty"`
+}
+
+// TrainerCost is where the time of an external trainer's requests went
+// (package extern): Seconds is their wall time as fedpq saw it, UserSeconds
+// the part the trainer spent in the user's code, and the rest, Overhead
+// of it, the protocol's own cost: framing, copies, process switches.
+type TrainerCost struct {
+	Command      string  `json:"command"`
+	Processes    int     `json:"processes"`
+	Starts       int     `json:"starts"`
+	StartSeconds float64 `json:"start_seconds"`
+	Requests     int     `json:"requests"`
+	Seconds      float64 `json:"seconds"`
+	UserSeconds  float64 `json:"user_seconds"`
+	Overhead     float64 `json:"overhead"` // (Seconds - UserSeconds) / UserSeconds
+	BytesSent    int64   `json:"bytes_sent"`
+	BytesRead    int64   `json:"bytes_received"`
+	ExamplesSent int64   `json:"examples_sent"`
 }
 
 // Writer records a run as it happens. Each round goes to metrics.jsonl in a

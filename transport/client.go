@@ -52,7 +52,13 @@ type ClientConfig struct {
 	// State is the file where the client records the rounds it answered
 	// and each run's beacon, across restarts; "" keeps them in memory.
 	State string
-	Log   *log.Logger
+	// Trainer, if not "", is the command line of the client's own external
+	// trainer (package extern), which trains its model; a run's model
+	// "external" needs one. The client never runs a command the server
+	// sends. TrainerTimeout bounds each of its requests (0: the default).
+	Trainer        string
+	TrainerTimeout time.Duration
+	Log            *log.Logger
 }
 
 // Client is one federated client.
@@ -63,7 +69,7 @@ type Client struct {
 	yaml   string // the run's configuration, from the first Hello
 	su     *experiment.Setup
 	m      mech.Mechanism
-	tr     *model.Trainer
+	tr     fl.Trainer
 	specs  []model.TensorSpec
 	params int
 	policy ClientPolicy
@@ -105,6 +111,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // Run takes part in the run until the server says it is finished. It
 // reconnects by itself when the connection is lost, for up to RetryFor.
 func (c *Client) Run(ctx context.Context) (*pb.Finished, error) {
+	defer func() {
+		if c.su != nil {
+			c.su.Close() // its external trainer, if it has one
+		}
+	}()
 	lastOK := time.Now()
 	backoff := 250 * time.Millisecond
 	for {
@@ -280,6 +291,9 @@ func (c *Client) prepare(y string) error {
 		return &setupError{errors.New("the run does not use secure aggregation, which this client requires")}
 	}
 	cfg.DataDir = c.cfg.DataDir
+	if err := c.ownTrainer(&cfg); err != nil {
+		return &setupError{err}
+	}
 	su, err := experiment.NewSetup(cfg)
 	if err != nil {
 		return &setupError{err}
@@ -288,14 +302,19 @@ func (c *Client) prepare(y string) error {
 	if err != nil {
 		return &setupError{err}
 	}
-	tr, err := su.Trainer()
+	tr, err := su.Worker()
 	if err != nil {
+		su.Close()
 		return &setupError{err}
 	}
-	c.yaml, c.su, c.m, c.tr, c.specs = y, su, m, tr, su.Model.Tensors()
-	c.params = su.Model.NumParams()
-	c.log.Printf("%s, partition %d/%d: %d examples; model %s, mechanism %s",
-		cfg.Dataset, c.cfg.ID, c.cfg.Clients, len(su.Clients[c.cfg.ID]), cfg.Model, cfg.Mechanism)
+	c.yaml, c.su, c.m, c.tr, c.specs = y, su, m, tr, su.Arch().Tensors()
+	c.params = numParams(c.specs)
+	trainer := "fedpq's engine"
+	if su.Pool != nil {
+		trainer = fmt.Sprintf("trainer %q (%s, %d tensors)", cfg.Trainer, su.Pool.Name(), len(c.specs))
+	}
+	c.log.Printf("%s, partition %d/%d: %d examples; model %s trained by %s, mechanism %s",
+		cfg.Dataset, c.cfg.ID, c.cfg.Clients, len(su.Clients[c.cfg.ID]), cfg.Model, trainer, cfg.Mechanism)
 	return nil
 }
 
@@ -362,11 +381,14 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	}
 
 	start := time.Now()
-	train := c.su.Data.Train
-	local, loss, err := c.tr.Train(ctx, global, train.X, train.Y, c.su.Clients[c.cfg.ID], model.TrainConfig{
-		Epochs: c.su.Engine.Epochs, Batch: c.su.Engine.Batch, Seed: corr.Derive(c.secret, "local", uint64(t)).Uint64(),
-	})
+	local, loss, err := c.train(ctx, t, global, deadline)
 	if err != nil {
+		if c.su.Pool != nil && ctx.Err() == nil {
+			// The trainer hung, exited or answered what fedpq refuses: the
+			// client leaves this round (its trainer restarts for the next).
+			c.log.Printf("round %d: local training failed: %v", t, err)
+			return nil, c.decline(stream, t, errors.New(trainerFailure(err)))
+		}
 		return nil, &setupError{err}
 	}
 	trained := time.Since(start)
@@ -404,6 +426,21 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	}
 	c.log.Printf("round %d: trained in %v (loss %.4f), uploaded %d bytes as %s", t, trained.Round(time.Millisecond), loss, size, role(slot))
 	return next, nil
+}
+
+// train trains the client's model from global for round t. An external
+// trainer must answer before the round's deadline.
+func (c *Client) train(ctx context.Context, t uint32, global [][]float32, deadline time.Time) ([][]float32, float64, error) {
+	if c.su.Pool != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	train := c.su.Data.Train
+	return c.tr.Train(ctx, global, train.X, train.Y, c.su.Clients[c.cfg.ID], model.TrainConfig{
+		Epochs: c.su.Engine.Epochs, Batch: c.su.Engine.Batch, Seed: corr.Derive(c.secret, "local", uint64(t)).Uint64(),
+		Client: c.cfg.ID, Round: int(t),
+	})
 }
 
 func role(s mech.Slot) string {

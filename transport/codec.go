@@ -25,6 +25,15 @@ func encodeTensors(w [][]float32) [][]byte {
 
 // decodeTensors reads weights sent by encodeTensors, checking them against
 // the model's tensors: their number, their sizes and finite values.
+// numParams is the number of parameters of a model's tensors.
+func numParams(specs []model.TensorSpec) int {
+	n := 0
+	for _, s := range specs {
+		n += s.Size()
+	}
+	return n
+}
+
 func decodeTensors(b [][]byte, specs []model.TensorSpec) ([][]float32, error) {
 	if len(b) != len(specs) {
 		return nil, fmt.Errorf("%d tensors, the model has %d", len(b), len(specs))

@@ -209,7 +209,7 @@ func (s *session) close(err error) {
 // NewServer prepares the run of cfg.Run: its test data and model, the
 // engine, and the run directory. If the directory holds a checkpoint of
 // the same run, the server resumes after its round.
-func NewServer(cfg ServerConfig) (*Server, error) {
+func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	c := cfg.Run
 	if c.Dropout != 0 {
 		return nil, errors.New("dropout is simulated only: a server's clients drop out for real")
@@ -251,7 +251,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr, err := su.Trainer()
+	defer func() {
+		if err != nil {
+			su.Close() // its external trainer, if it has one
+		}
+	}()
+	tr, err := su.Worker()
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +290,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	id := sha256.Sum256(y)
 	eng, err := fl.New(su.Engine, fl.Task{
-		Model: su.Model, Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
+		Model: su.Arch(), Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
 		Secret: secret, RunID: id[:16],
 	})
 	if err != nil {
@@ -301,7 +306,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		sessions: map[uint32]*session{}, changed: make(chan struct{}),
 	}
 	if s.paired && su.Engine.Transfer {
-		s.sealed = fl.TransferBytes(m, su.Model.NumParams()) + corr.SealedOverhead
+		s.sealed = fl.TransferBytes(m, numParams(su.Arch().Tensors())) + corr.SealedOverhead
 	}
 	if resume {
 		s.log.Printf("resuming %s after round %d from its checkpoint; model sha256 %x", c.Dir(), eng.Done(), short(eng.Global()))
@@ -333,7 +338,7 @@ func short(w [][]float32) []byte { h := fl.Hash(w); return h[:8] }
 // accept: the model as float32 and a margin. An upload is at most as large.
 func (s *Server) MaxMessageBytes() int {
 	n := 0
-	for _, t := range s.su.Model.Tensors() {
+	for _, t := range s.su.Arch().Tensors() {
 		k := 4
 		for _, d := range t.Shape {
 			k *= d
@@ -387,6 +392,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 		gs.Stop()
 		s.rec.Fail(err)
 	}
+	s.su.Close()
+	s.rec.SetTrainerCost(s.su.TrainerCost())
 	sum, cerr := s.rec.Close()
 	if err == nil {
 		err = cerr

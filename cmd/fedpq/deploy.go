@@ -147,7 +147,10 @@ round it is chosen: trains from the global model, pairs up with its partner
 (a signed X25519 key share relayed by the server), encodes its update with
 the round's mechanism and uploads it. Its privacy coins and keys come from
 its own randomness, which the server never sees. It reconnects by itself if
-the server restarts, and exits when the run is over.
+the server restarts, and exits when the run is over. With --trainer, local
+training runs in the user's framework (docs/trainer.md); a round in which the
+trainer fails (hangs past the round's deadline, exits, or returns what fedpq
+refuses) is declined, and the trainer restarts for the next.
 
 In a run with secure aggregation the client holds the server to its own
 policy (--policy FILE.yaml, or the flags, which win): it declines a round
@@ -222,6 +225,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	require := fs.Bool("require-secure-aggregation", false, "refuse a run without secure aggregation")
 	corrupt := fs.Float64("secagg-corrupt", transport.DefaultClientPolicy.SecAgg.Corrupt, "fraction of a round's clients that may collude with the server, which a secure round's threshold and graph must withstand")
 	minClients := fs.Int("secagg-min-clients", transport.DefaultClientPolicy.SecAgg.MinClients, "fewest clients a secure round may have")
+	trainer := fs.String("trainer", "", "command line of this client's external trainer, which trains its model in the user's framework, e.g. '/usr/bin/python3 examples/pytorch/mnist_cnn2.py' (docs/trainer.md); a run with model external needs one. The client never runs a command the server sends")
+	trainerTimeout := fs.Duration("trainer-timeout", 0, "longest the external trainer may take to answer a request, its start included; a round's deadline bounds its training too (0: 10m)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -241,7 +246,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	logger := log.New(stderr, fmt.Sprintf("fedpq client %d: ", k), log.LstdFlags)
 	cfg := transport.ClientConfig{
 		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Token: *token, RetryFor: *retry, Log: logger,
-		Policy: policy, State: *statePath,
+		Policy: policy, State: *statePath, Trainer: *trainer, TrainerTimeout: *trainerTimeout,
 	}
 	if cfg.State == "" {
 		if cfg.State, err = clientFile(k, n, "state"); err != nil {

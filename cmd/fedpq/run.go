@@ -54,7 +54,7 @@ var runFlagHelp = [][2]string{
 	{"dropout", "probability that a sampled client drops out before uploading"},
 	{"rounds", "communication rounds"},
 	{"eval_every", "evaluate the global model on the test set every this many rounds"},
-	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn, vgg-small or lenet"},
+	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn, vgg-small or lenet; or external: the model of --trainer"},
 	{"optimizer", "local optimizer: sgd or adam (state reset for every client)"},
 	{"lr", "local learning rate"},
 	{"momentum", "sgd momentum"},
@@ -85,6 +85,8 @@ var runFlagHelp = [][2]string{
 	{"seed", "seed of every random stream"},
 	{"workers", "clients trained in parallel (0: all cores)"},
 	{"engine", "training engine: native (fedpq's kernels) or gomlx (GoMLX graphs, the reference)"},
+	{"trainer", "command line of an external trainer that trains the clients in the user's framework, a pool of --workers processes, e.g. '/usr/bin/python3 examples/pytorch/mnist_cnn2.py' (docs/trainer.md); fedpq clips and encodes what it returns"},
+	{"trainer_timeout", "longest an external trainer may take to answer a request, its start included (a duration; default 10m)"},
 }
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -164,8 +166,18 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	} else {
 		fmt.Fprintf(stdout, "  privacy: none (%s is not LDP)\n", s.Mechanism)
 	}
+	if t := s.Trainer; t != nil {
+		printTrainerCost(stdout, t)
+	}
 	fmt.Fprintf(stdout, "  %.1f s; results in %s\n", s.Seconds, c.Dir())
 	return nil
+}
+
+// printTrainerCost prints where an external trainer's time went.
+func printTrainerCost(stdout io.Writer, t *report.TrainerCost) {
+	fmt.Fprintf(stdout, "  trainer %q: %d processes, %d requests: %.1f s in its code, %.2f s in the protocol (%.1f%%); %.3g MB sent (%d examples), %.3g MB received\n",
+		t.Command, t.Processes, t.Requests, t.UserSeconds, t.Seconds-t.UserSeconds, 100*t.Overhead,
+		float64(t.BytesSent)/1e6, t.ExamplesSent, float64(t.BytesRead)/1e6)
 }
 
 // findConfig returns the value of --config in args, if any.

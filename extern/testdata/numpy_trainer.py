@@ -1,4 +1,4 @@
-"""The fake trainer of extern's tests (extern/fake_test.go) in Python, on the adapter's framing
+"""The fake trainer of extern's tests (package externtest) in Python, on the adapter's framing
 (python/fedpq_trainer.py: Connection, connect, number) with numpy only, so that the tests check the
 adapter's side of the protocol where torch is not installed. FEDPQ_FAKE_TRAINER holds its modes."""
 import os
@@ -74,6 +74,12 @@ while True:
     elif h["type"] == "evaluate":
         x, y = data[h["dataset"]]
         idx = arrays["indices"]
-        conn.send({"type": "evaluated", "examples": len(idx), "correct": int((y[idx] == 0).sum()), "loss": 0.5, "seconds": 0.001})
+        w = tensors["w"].astype(np.float64)
+        w = w.reshape(feat, classes).T if "wrong-eval" in modes else w
+        z = x[idx].astype(np.float64) @ w.T + tensors["b"].astype(np.float64)
+        m = z.max(1)
+        loss = (m + np.log(np.exp(z - m[:, None]).sum(1)) - z[np.arange(len(idx)), y[idx]]).mean()
+        conn.send({"type": "evaluated", "examples": len(idx), "correct": int((z.argmax(1) == y[idx]).sum()),
+                   "loss": ft.number(loss), "seconds": 0.001})
     else:
         conn.send({"type": "error", "message": "unknown message " + h["type"]})

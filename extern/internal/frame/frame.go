@@ -1,4 +1,8 @@
-package extern
+// Package frame is the trainer protocol's framing (docs/trainer.md): a
+// magic, the lengths of a JSON Header and of a body of little-endian
+// float32 and int32 arrays, then both. Package extern speaks it to trainer
+// processes; package externtest's fake trainer speaks it back.
+package frame
 
 import (
 	"bufio"
@@ -19,26 +23,27 @@ const Protocol = 1
 // (a stray print) is caught at once rather than read as a length.
 const magic = "fqtr"
 
+// MaxHeader and MaxBody bound a frame's parts.
 const (
-	maxHeader = 1 << 20 // bytes of a frame's JSON header
-	maxBody   = 1 << 36 // bytes of a frame's arrays
+	MaxHeader = 1 << 20 // bytes of a frame's JSON header
+	MaxBody   = 1 << 36 // bytes of a frame's arrays
 )
 
-// array describes one array of a frame's body: its name, element type
+// Array describes one array of a frame's body: its name, element type
 // ("float32" or "int32", little-endian) and shape. The body holds the
 // header's tensors, then its arrays, back to back in the order listed.
-type array struct {
+type Array struct {
 	Name  string `json:"name"`
 	DType string `json:"dtype"`
 	Shape []int  `json:"shape"`
 }
 
-// elems is the number of elements of the array, or -1 for a shape with a
+// Elems is the number of elements of the array, or -1 for a shape with a
 // negative dimension or too many elements.
-func (a array) elems() int {
+func (a Array) Elems() int {
 	n := 1
 	for _, d := range a.Shape {
-		if d < 0 || (d > 0 && n > maxBody/d) {
+		if d < 0 || (d > 0 && n > MaxBody/d) {
 			return -1
 		}
 		n *= d
@@ -46,10 +51,10 @@ func (a array) elems() int {
 	return n
 }
 
-// header is a message's JSON header. One struct holds the fields of every
+// Header is a message's JSON header. One struct holds the fields of every
 // message; each message uses some of them (docs/trainer.md lists which).
 // Unknown fields are ignored, so that a newer trainer can add some.
-type header struct {
+type Header struct {
 	Type     string `json:"type"`
 	Protocol int    `json:"protocol,omitempty"`
 	Trainer  string `json:"trainer,omitempty"` // hello: the trainer's name, for logs
@@ -75,25 +80,25 @@ type header struct {
 	WeightDecay float64 `json:"weight_decay,omitempty"`
 
 	// trained, evaluated
-	Examples int       `json:"examples,omitempty"`
-	Correct  int       `json:"correct,omitempty"`
-	Loss     jsonFloat `json:"loss,omitempty"`
-	Seconds  float64   `json:"seconds,omitempty"` // time spent in the user's code
-	Result   string    `json:"result,omitempty"`  // trained: "weights" (default) or "update"
+	Examples int     `json:"examples,omitempty"`
+	Correct  int     `json:"correct,omitempty"`
+	Loss     Float   `json:"loss,omitempty"`
+	Seconds  float64 `json:"seconds,omitempty"` // time spent in the user's code
+	Result   string  `json:"result,omitempty"`  // trained: "weights" (default) or "update"
 
 	// error
 	Message string `json:"message,omitempty"`
 
-	Tensors []array `json:"tensors,omitempty"` // float32 model tensors
-	Arrays  []array `json:"arrays,omitempty"`  // other arrays (indices, examples, labels)
+	Tensors []Array `json:"tensors,omitempty"` // float32 model tensors
+	Arrays  []Array `json:"arrays,omitempty"`  // other arrays (indices, examples, labels)
 }
 
-// jsonFloat is a JSON number, or one of the strings "nan", "inf" and
+// Float is a JSON number, or one of the strings "nan", "inf" and
 // "-inf": JSON has no non-finite numbers, and a trainer must still be able
 // to say that its loss is NaN.
-type jsonFloat float64
+type Float float64
 
-func (f jsonFloat) MarshalJSON() ([]byte, error) {
+func (f Float) MarshalJSON() ([]byte, error) {
 	v := float64(f)
 	switch {
 	case math.IsNaN(v):
@@ -106,16 +111,16 @@ func (f jsonFloat) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
 }
 
-func (f *jsonFloat) UnmarshalJSON(b []byte) error {
+func (f *Float) UnmarshalJSON(b []byte) error {
 	var s string
 	if json.Unmarshal(b, &s) == nil {
 		switch s {
 		case "nan":
-			*f = jsonFloat(math.NaN())
+			*f = Float(math.NaN())
 		case "inf":
-			*f = jsonFloat(math.Inf(1))
+			*f = Float(math.Inf(1))
 		case "-inf":
-			*f = jsonFloat(math.Inf(-1))
+			*f = Float(math.Inf(-1))
 		default:
 			return fmt.Errorf("number %q: want a number, nan, inf or -inf", s)
 		}
@@ -125,26 +130,26 @@ func (f *jsonFloat) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*f = jsonFloat(v)
+	*f = Float(v)
 	return nil
 }
 
-// frame is one message: its header and its body, the arrays' bytes.
-type frame struct {
-	h    header
-	body []byte
+// Frame is one message: its header and its body, the arrays' bytes.
+type Frame struct {
+	H    Header
+	Body []byte
 }
 
-// bodySize is the number of body bytes the header's arrays take, or an
+// BodySize is the number of body bytes the header's arrays take, or an
 // error for an unknown element type or an impossible shape.
-func (h *header) bodySize() (int, error) {
+func (h *Header) BodySize() (int, error) {
 	n := 0
-	for _, a := range append(append([]array(nil), h.Tensors...), h.Arrays...) {
+	for _, a := range append(append([]Array(nil), h.Tensors...), h.Arrays...) {
 		if a.DType != "float32" && a.DType != "int32" {
 			return 0, fmt.Errorf("array %q has element type %q, want float32 or int32", a.Name, a.DType)
 		}
-		e := a.elems()
-		if e < 0 || n+4*e > maxBody {
+		e := a.Elems()
+		if e < 0 || n+4*e > MaxBody {
 			return 0, fmt.Errorf("array %q has shape %v", a.Name, a.Shape)
 		}
 		n += 4 * e
@@ -152,11 +157,11 @@ func (h *header) bodySize() (int, error) {
 	return n, nil
 }
 
-// writeFrame writes a frame: the magic, the header's length (uint32) and
+// Write writes a frame: the magic, the header's length (uint32) and
 // the body's (uint64), little-endian, then the JSON header and the body.
 // body is written piece by piece, so that large arrays are not copied
 // into one buffer.
-func writeFrame(w *bufio.Writer, h *header, body ...[]byte) error {
+func Write(w *bufio.Writer, h *Header, body ...[]byte) error {
 	hb, err := json.Marshal(h)
 	if err != nil {
 		return err
@@ -165,7 +170,7 @@ func writeFrame(w *bufio.Writer, h *header, body ...[]byte) error {
 	for _, b := range body {
 		n += len(b)
 	}
-	if want, err := h.bodySize(); err != nil || want != n {
+	if want, err := h.BodySize(); err != nil || want != n {
 		return fmt.Errorf("internal: a %s frame with %d body bytes for arrays of %d (%v)", h.Type, n, want, err)
 	}
 	var pre [16]byte
@@ -180,53 +185,53 @@ func writeFrame(w *bufio.Writer, h *header, body ...[]byte) error {
 	return w.Flush()
 }
 
-// errFraming is a frame that breaks the protocol's framing: after one, the
+// ErrFraming is a frame that breaks the protocol's framing: after one, the
 // stream cannot be trusted and the process is stopped.
-var errFraming = errors.New("not a protocol frame")
+var ErrFraming = errors.New("not a protocol frame")
 
-// readFrame reads one frame and checks that its body is exactly the size
+// Read reads one frame and checks that its body is exactly the size
 // its header's arrays take. An EOF before the first byte is io.EOF.
-func readFrame(r *bufio.Reader) (*frame, error) {
+func Read(r *bufio.Reader) (*Frame, error) {
 	var pre [16]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
-			return nil, fmt.Errorf("%w: the stream ended after %q", errFraming, printable(pre[:]))
+			return nil, fmt.Errorf("%w: the stream ended after %q", ErrFraming, Printable(pre[:]))
 		}
 		return nil, err
 	}
 	if string(pre[:4]) != magic {
 		more, _ := r.Peek(min(r.Buffered(), 60))
-		return nil, fmt.Errorf("%w: it starts %q (a print to stdout? the trainer must write only frames there)", errFraming, printable(append(pre[:], more...)))
+		return nil, fmt.Errorf("%w: it starts %q (a print to stdout? the trainer must write only frames there)", ErrFraming, Printable(append(pre[:], more...)))
 	}
 	hn := binary.LittleEndian.Uint32(pre[4:8])
 	bn := binary.LittleEndian.Uint64(pre[8:16])
-	if hn > maxHeader || bn > maxBody {
-		return nil, fmt.Errorf("%w: a header of %d bytes and a body of %d (at most %d and %d)", errFraming, hn, bn, maxHeader, uint64(maxBody))
+	if hn > MaxHeader || bn > MaxBody {
+		return nil, fmt.Errorf("%w: a header of %d bytes and a body of %d (at most %d and %d)", ErrFraming, hn, bn, MaxHeader, uint64(MaxBody))
 	}
 	hb := make([]byte, hn)
 	if _, err := io.ReadFull(r, hb); err != nil {
-		return nil, fmt.Errorf("%w: the stream ended inside a header of %d bytes", errFraming, hn)
+		return nil, fmt.Errorf("%w: the stream ended inside a header of %d bytes", ErrFraming, hn)
 	}
-	f := &frame{}
-	if err := json.Unmarshal(hb, &f.h); err != nil {
-		return nil, fmt.Errorf("%w: its header is not the JSON of a message: %v", errFraming, err)
+	f := &Frame{}
+	if err := json.Unmarshal(hb, &f.H); err != nil {
+		return nil, fmt.Errorf("%w: its header is not the JSON of a message: %v", ErrFraming, err)
 	}
-	want, err := f.h.bodySize()
+	want, err := f.H.BodySize()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s message: %v", errFraming, f.h.Type, err)
+		return nil, fmt.Errorf("%w: %s message: %v", ErrFraming, f.H.Type, err)
 	}
 	if uint64(want) != bn {
-		return nil, fmt.Errorf("%w: a %s message with a body of %d bytes, but its arrays take %d", errFraming, f.h.Type, bn, want)
+		return nil, fmt.Errorf("%w: a %s message with a body of %d bytes, but its arrays take %d", ErrFraming, f.H.Type, bn, want)
 	}
-	f.body = make([]byte, bn)
-	if _, err := io.ReadFull(r, f.body); err != nil {
-		return nil, fmt.Errorf("%w: the stream ended inside a %s message's body of %d bytes", errFraming, f.h.Type, bn)
+	f.Body = make([]byte, bn)
+	if _, err := io.ReadFull(r, f.Body); err != nil {
+		return nil, fmt.Errorf("%w: the stream ended inside a %s message's body of %d bytes", ErrFraming, f.H.Type, bn)
 	}
 	return f, nil
 }
 
-// printable is b with bytes that are not printable ASCII replaced by '.'.
-func printable(b []byte) string {
+// Printable is b with bytes that are not printable ASCII replaced by '.'.
+func Printable(b []byte) string {
 	out := make([]byte, len(b))
 	for i, c := range b {
 		if c < 0x20 || c > 0x7e {
@@ -237,8 +242,8 @@ func printable(b []byte) string {
 	return string(out)
 }
 
-// f32Bytes is v as little-endian bytes.
-func f32Bytes(v []float32) []byte {
+// F32Bytes is v as little-endian bytes.
+func F32Bytes(v []float32) []byte {
 	b := make([]byte, 4*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
@@ -246,8 +251,8 @@ func f32Bytes(v []float32) []byte {
 	return b
 }
 
-// i32Bytes is v as little-endian int32 bytes; every value must fit.
-func i32Bytes(v []int) []byte {
+// I32Bytes is v as little-endian int32 bytes; every value must fit.
+func I32Bytes(v []int) []byte {
 	b := make([]byte, 4*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(x)))
@@ -255,11 +260,32 @@ func i32Bytes(v []int) []byte {
 	return b
 }
 
-// f32s decodes n little-endian float32 values from b.
-func f32s(b []byte) []float32 {
+// F32s decodes little-endian float32 values from b.
+func F32s(b []byte) []float32 {
 	v := make([]float32, len(b)/4)
 	for i := range v {
 		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return v
+}
+
+// Ints decodes little-endian int32 values from b.
+func Ints(b []byte) []int {
+	v := make([]int, len(b)/4)
+	for i := range v {
+		v[i] = int(int32(binary.LittleEndian.Uint32(b[4*i:])))
+	}
+	return v
+}
+
+// Split is a frame's tensors and arrays by name, as bytes.
+func (f *Frame) Split() map[string][]byte {
+	out := map[string][]byte{}
+	off := 0
+	for _, a := range append(append([]Array(nil), f.H.Tensors...), f.H.Arrays...) {
+		n := 4 * a.Elems()
+		out[a.Name] = f.Body[off : off+n]
+		off += n
+	}
+	return out
 }
