@@ -96,6 +96,11 @@ type Config struct {
 	// TrainerTimeout bounds each request to a trainer (a Go duration such
 	// as 10m); "": extern.DefaultTimeout.
 	TrainerTimeout string `yaml:"trainer_timeout,omitempty"`
+	// TrainerThreads is the threads each trainer process is asked to use
+	// (torch.set_num_threads); 0 means 1, as fedpq's engine trains: the
+	// pool's processes use the cores, and a client's result does not
+	// depend on how many there are.
+	TrainerThreads int `yaml:"trainer_threads,omitempty"`
 }
 
 // External is the model name of a run whose model is the external
@@ -215,6 +220,9 @@ func (c Config) Validate() error {
 func (c Config) validateTrainer() error {
 	if _, err := c.trainerTimeout(); err != nil {
 		return err
+	}
+	if c.TrainerThreads < 0 {
+		return fmt.Errorf("trainer_threads %d must not be negative", c.TrainerThreads)
 	}
 	if c.Model == External && strings.TrimSpace(c.Trainer) == "" {
 		return fmt.Errorf("model %s: the model is an external trainer's; give its command (trainer, --trainer)", External)

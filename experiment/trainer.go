@@ -63,7 +63,7 @@ func (s *Setup) TrainerCost() *report.TrainerCost {
 	return &report.TrainerCost{
 		Command: s.Pool.Command(), Processes: st.Trainers, Starts: st.Starts, StartSeconds: st.StartSeconds,
 		Requests: st.Requests, Seconds: st.Seconds, UserSeconds: st.UserSeconds, Overhead: st.Overhead(),
-		BytesSent: st.BytesSent, BytesRead: st.BytesRead, ExamplesSent: st.Examples,
+		BytesSent: st.BytesSent, BytesRead: st.BytesRead, ExamplesSent: st.Examples, DataSeconds: st.DataSeconds,
 	}
 }
 
@@ -77,7 +77,7 @@ func (s *Setup) startTrainers() error {
 	if err != nil {
 		return err
 	}
-	pool, err := extern.NewPool(extern.Options{Command: c.Trainer, Timeout: timeout, Stderr: os.Stderr}, extern.Spec{
+	pool, err := extern.NewPool(extern.Options{Command: c.Trainer, Timeout: timeout, Threads: max(c.TrainerThreads, 1), Stderr: os.Stderr}, extern.Spec{
 		Seed: c.Seed, Input: s.Data.Train.Shape, Classes: s.Data.Train.Classes, Optimizer: s.Optimizer,
 	})
 	if err != nil {

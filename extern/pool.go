@@ -211,6 +211,7 @@ type Stats struct {
 	BytesSent    int64   `json:"bytes_sent"`     // to the trainers, examples included
 	BytesRead    int64   `json:"bytes_received"` // from them
 	Examples     int64   `json:"examples_sent"`  // examples (rows) sent
+	DataSeconds  float64 `json:"data_seconds"`   // of Seconds, sending examples (once per process and example)
 }
 
 // Overhead is the protocol's share of the requests' time:
@@ -231,6 +232,7 @@ func (s *Stats) add(o Stats) {
 	s.BytesSent += o.BytesSent
 	s.BytesRead += o.BytesRead
 	s.Examples += o.Examples
+	s.DataSeconds += o.DataSeconds
 }
 
 // describe checks a setup reply's tensors and values; the first trainer's

@@ -349,6 +349,7 @@ func (t *Trainer) send(ctx context.Context, x []float32, y []int32, idx []int) (
 	if len(missing) == 0 {
 		return ds.id, nil
 	}
+	start := time.Now()
 	rows := make([]float32, 0, len(missing)*feat)
 	labels := make([]int, len(missing))
 	for j, i := range missing {
@@ -376,6 +377,7 @@ func (t *Trainer) send(ctx context.Context, x []float32, y []int32, idx []int) (
 		return "", t.proc.broken
 	}
 	t.stats.Examples += int64(len(missing))
+	t.stats.DataSeconds += elapsed(start)
 	b, _ := h.BodySize()
 	t.stats.BytesSent += int64(b)
 	return ds.id, nil

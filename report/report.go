@@ -111,6 +111,7 @@ type TrainerCost struct {
 	BytesSent    int64   `json:"bytes_sent"`
 	BytesRead    int64   `json:"bytes_received"`
 	ExamplesSent int64   `json:"examples_sent"`
+	DataSeconds  float64 `json:"data_seconds"` // of Seconds, sending examples (once per process and example)
 }
 
 // Writer records a run as it happens. Each round goes to metrics.jsonl in a

@@ -56,9 +56,12 @@ type ClientConfig struct {
 	// trainer (package extern), which trains its model; a run's model
 	// "external" needs one. The client never runs a command the server
 	// sends. TrainerTimeout bounds each of its requests (0: the default).
+	// TrainerThreads is the threads it uses; 0: all the machine's cores.
 	Trainer        string
 	TrainerTimeout time.Duration
-	Log            *log.Logger
+	TrainerThreads int
+
+	Log *log.Logger
 }
 
 // Client is one federated client.

@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/extern"
@@ -15,9 +16,12 @@ func (c *Client) ownTrainer(cfg *experiment.Config) error {
 	if cfg.Model == experiment.External && c.cfg.Trainer == "" {
 		return fmt.Errorf("the run's model is %s, an external trainer's own: give this client --trainer CMD, a trainer of the same model as the server's", experiment.External)
 	}
-	cfg.Trainer, cfg.TrainerTimeout = c.cfg.Trainer, ""
+	cfg.Trainer, cfg.TrainerTimeout, cfg.TrainerThreads = c.cfg.Trainer, "", c.cfg.TrainerThreads
 	if c.cfg.TrainerTimeout > 0 {
 		cfg.TrainerTimeout = c.cfg.TrainerTimeout.String()
+	}
+	if cfg.TrainerThreads <= 0 {
+		cfg.TrainerThreads = runtime.NumCPU() // one trainer: the machine is the client's
 	}
 	return nil
 }

@@ -227,6 +227,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	minClients := fs.Int("secagg-min-clients", transport.DefaultClientPolicy.SecAgg.MinClients, "fewest clients a secure round may have")
 	trainer := fs.String("trainer", "", "command line of this client's external trainer, which trains its model in the user's framework, e.g. '/usr/bin/python3 examples/pytorch/mnist_cnn2.py' (docs/trainer.md); a run with model external needs one. The client never runs a command the server sends")
 	trainerTimeout := fs.Duration("trainer-timeout", 0, "longest the external trainer may take to answer a request, its start included; a round's deadline bounds its training too (0: 10m)")
+	trainerThreads := fs.Int("trainer-threads", 0, "threads the external trainer uses (0: all of this machine's cores)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -246,7 +247,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	logger := log.New(stderr, fmt.Sprintf("fedpq client %d: ", k), log.LstdFlags)
 	cfg := transport.ClientConfig{
 		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Token: *token, RetryFor: *retry, Log: logger,
-		Policy: policy, State: *statePath, Trainer: *trainer, TrainerTimeout: *trainerTimeout,
+		Policy: policy, State: *statePath, Trainer: *trainer, TrainerTimeout: *trainerTimeout, TrainerThreads: *trainerThreads,
 	}
 	if cfg.State == "" {
 		if cfg.State, err = clientFile(k, n, "state"); err != nil {

@@ -20,12 +20,14 @@ import (
 	"time"
 
 	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/extern/externtest"
 	"github.com/fedpq/fedpq/report"
 )
 
 // TestMain lets the test binary stand in for the fedpq command, so that
 // TestDeployment runs a real server and real clients, each a process.
 func TestMain(m *testing.M) {
+	externtest.Main() // the fake external trainer, where this process is one
 	if os.Getenv("FEDPQ_TEST_MAIN") == "1" {
 		main()
 		return

@@ -19,7 +19,7 @@ var runGroups = []helpGroup{
 	{"Data", []string{"dataset", "data-dir", "partition", "clients", "clients-per-round", "dropout", "validation"}},
 	{"Model and training", []string{"model", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
 		"range", "perturb", "weighting", "global-lr", "patience", "eval-every", "engine", "workers", "seed",
-		"trainer", "trainer-timeout"}},
+		"trainer", "trainer-timeout", "trainer-threads"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "transfer"}},
 	{"Hiding the messages from the server", []string{"secure-aggregation", "shuffle"}},
@@ -42,7 +42,7 @@ var helpGroups = map[string][]helpGroup{
 	"client": {
 		{"Server", []string{"server", "partition", "token", "key", "roster", "tls", "tls-ca", "tls-server-name", "retry-for"}},
 		{"Data", []string{"data-dir"}},
-		{"Training", []string{"trainer", "trainer-timeout"}},
+		{"Training", []string{"trainer", "trainer-timeout", "trainer-threads"}},
 		{"Testing", []string{"seed"}},
 	},
 }

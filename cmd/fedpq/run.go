@@ -87,6 +87,7 @@ var runFlagHelp = [][2]string{
 	{"engine", "training engine: native (fedpq's kernels) or gomlx (GoMLX graphs, the reference)"},
 	{"trainer", "command line of an external trainer that trains the clients in the user's framework, a pool of --workers processes, e.g. '/usr/bin/python3 examples/pytorch/mnist_cnn2.py' (docs/trainer.md); fedpq clips and encodes what it returns"},
 	{"trainer_timeout", "longest an external trainer may take to answer a request, its start included (a duration; default 10m)"},
+	{"trainer_threads", "threads each external trainer process uses (0: 1, as fedpq's engine: the processes use the cores, and results do not depend on their number)"},
 }
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -175,9 +176,9 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 
 // printTrainerCost prints where an external trainer's time went.
 func printTrainerCost(stdout io.Writer, t *report.TrainerCost) {
-	fmt.Fprintf(stdout, "  trainer %q: %d processes, %d requests: %.1f s in its code, %.2f s in the protocol (%.1f%%); %.3g MB sent (%d examples), %.3g MB received\n",
+	fmt.Fprintf(stdout, "  trainer %q: %d processes, %d requests: %.1f s in its code, %.2f s in the protocol (%.1f%%), of which %.2f s sending %d examples (once per process); %.3g MB sent, %.3g MB received\n",
 		t.Command, t.Processes, t.Requests, t.UserSeconds, t.Seconds-t.UserSeconds, 100*t.Overhead,
-		float64(t.BytesSent)/1e6, t.ExamplesSent, float64(t.BytesRead)/1e6)
+		t.DataSeconds, t.ExamplesSent, float64(t.BytesSent)/1e6, float64(t.BytesRead)/1e6)
 }
 
 // findConfig returns the value of --config in args, if any.

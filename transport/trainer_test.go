@@ -1,0 +1,79 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/extern/externtest"
+)
+
+func TestMain(m *testing.M) {
+	externtest.Main() // the fake trainer, where this process is one
+	os.Exit(m.Run())
+}
+
+// TestExternalTrainerDeployed: a run whose model is an external trainer's
+// (the fake's), deployed: the server's trainer describes the model and
+// evaluates it, each client trains with its own trainer and never runs the
+// server's command. A client whose trainer crashes declines the round,
+// telling the server only the kind of failure (the trainer's output stays
+// in its log), and takes part in the next round with a new trainer. A
+// client without a trainer cannot take part.
+func TestExternalTrainerDeployed(t *testing.T) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "server-trainer-ran")
+	c := runConfig(t, "corbin", 4, 3)
+	c.Model = experiment.External
+	c.Trainer = fmt.Sprintf("echo >> %q; %s", ran, externtest.Command(""))
+	ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
+	mark := filepath.Join(dir, "crashed")
+	onceCrashing := fmt.Sprintf("if [ -e %q ]; then %s; fi; touch %q; %s", mark, externtest.Command(""), mark, externtest.Command("crash-train"))
+	var cs []*testClient
+	for k := range 4 {
+		tr := externtest.Command("")
+		if k == 2 {
+			tr = onceCrashing
+		}
+		cs = append(cs, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 4, Trainer: tr}))
+	}
+	sum := ts.wait(t)
+	for _, cl := range cs {
+		cl.wait(t)
+	}
+	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[3 4 4]" || sum.Rounds != 3 {
+		t.Errorf("uploads per round %s, %d rounds; want [3 4 4]: client 2 declined round 1", got, sum.Rounds)
+	}
+	log := ts.log.String()
+	if !strings.Contains(log, `round 1: client 2 declined: "local training failed: the trainer process timed out, exited or broke the protocol"`) || strings.Contains(log, "RuntimeError") {
+		t.Errorf("server log: want client 2's decline, with the kind of failure only:\n%s", log)
+	}
+	if l := cs[2].log.String(); !strings.Contains(l, "round 1: local training failed: trainer 0 (pid ") || !strings.Contains(l, "RuntimeError: the fake trainer crashed") {
+		t.Errorf("client 2's log: want the trainer's failure in full:\n%s", l)
+	}
+	if b, err := os.ReadFile(ran); err != nil || strings.Count(string(b), "\n") != 1 {
+		t.Errorf("the server's trainer command ran %d times (%v); want once, by the server", strings.Count(string(b), "\n"), err)
+	}
+	if sum.Trainer == nil || sum.Trainer.Requests != 3 {
+		t.Errorf("the server's trainer cost %+v; want its 3 evaluations", sum.Trainer)
+	}
+
+	ts = serve(t, ServerConfig{Run: runConfigExternal(t)}, "127.0.0.1:0")
+	cl := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 4})
+	ended(t, cl.done, "client")
+	if cl.err == nil || !strings.Contains(cl.err.Error(), "the run's model is external, an external trainer's own: give this client --trainer CMD") {
+		t.Errorf("a client without a trainer: %v", cl.err)
+	}
+	ts.cancel()
+}
+
+func runConfigExternal(t *testing.T) experiment.Config {
+	c := runConfig(t, "ldpq", 4, 1)
+	c.Model = experiment.External
+	c.Trainer = externtest.Command("")
+	return c
+}
