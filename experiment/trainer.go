@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/fedpq/fedpq/extern"
 	"github.com/fedpq/fedpq/fl"
@@ -107,7 +108,8 @@ func (s *Setup) sameModel(pool *extern.Pool, tr *extern.Trainer) error {
 	want, got := s.Model.Tensors(), pool.Tensors()
 	hint := fmt.Sprintf("with model: %s the run trains the trainer's own model instead", External)
 	if len(got) != len(want) {
-		return fmt.Errorf("trainer %q: its model has %d tensors, %s has %d (%v); %s", s.Config.Trainer, len(got), arch, len(want), want, hint)
+		return fmt.Errorf("trainer %q: its model has %d tensors (%s), %s has %d (%s); %s",
+			s.Config.Trainer, len(got), specList(got), arch, len(want), specList(want), hint)
 	}
 	for i := range want {
 		if !slices.Equal(got[i].Shape, want[i].Shape) {
@@ -138,6 +140,15 @@ func (s *Setup) sameModel(pool *extern.Pool, tr *extern.Trainer) error {
 			s.Config.Trainer, arch, len(idx), tloss, tacc, loss, acc, hint)
 	}
 	return nil
+}
+
+// specList lists tensors as "name [shape]".
+func specList(specs []model.TensorSpec) string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = fmt.Sprintf("%s %v", s.Name, s.Shape)
+	}
+	return strings.Join(out, ", ")
 }
 
 // zooTrainer trains in an external trainer and evaluates on fedpq's

@@ -134,7 +134,7 @@ func TestZooTrainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for model, want := range map[string]string{
-		"mlp":    "its model has 2 tensors, mlp has 6",
+		"mlp":    "its model has 2 tensors (w [10 60], b [10]), mlp has 6 (fc1/kernel [32 60]",
 		"linear": "its model has linear's shapes but does not compute it",
 	} {
 		c := external(t, "wrong-eval")
