@@ -94,7 +94,8 @@ type Config struct {
 	// model the trainer describes. "": fedpq's own engine.
 	Trainer string `yaml:"trainer,omitempty"`
 	// TrainerTimeout bounds each request to a trainer (a Go duration such
-	// as 10m); "": extern.DefaultTimeout.
+	// as 10m); "": extern.DefaultTimeout. A start has at least
+	// extern.MinStartTimeout.
 	TrainerTimeout string `yaml:"trainer_timeout,omitempty"`
 	// TrainerThreads is the threads each trainer process is asked to use
 	// (torch.set_num_threads); 0 means 1, as fedpq's engine trains: the

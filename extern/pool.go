@@ -23,6 +23,7 @@
 package extern
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -63,6 +64,11 @@ type Pool struct {
 	mu       sync.Mutex
 	trainers []*Trainer
 	closed   bool
+
+	// closing is cancelled when Close gives up waiting: every process
+	// still running is then stopped.
+	closing context.Context
+	stop    context.CancelFunc
 }
 
 // NewPool starts the first trainer of the command in o and has it
@@ -79,6 +85,7 @@ func NewPool(o Options, spec Spec) (*Pool, error) {
 		return nil, fmt.Errorf("trainer: a model of %d classes for inputs of shape %v", spec.Classes, spec.Input)
 	}
 	p := &Pool{opts: o, spec: spec}
+	p.closing, p.stop = context.WithCancel(context.Background())
 	t := p.newTrainer()
 	t.mu.Lock()
 	err := t.ensure()
@@ -154,6 +161,15 @@ func (p *Pool) newTrainerLocked() *Trainer {
 	return t
 }
 
+// MinStartTimeout is the least time a trainer has for its start (its
+// hello, and its setup reply): importing a framework such as torch can
+// take long on a busy machine, longer than a short Options.Timeout meant
+// to catch a hung request.
+var MinStartTimeout = time.Minute
+
+// startTimeout bounds a trainer's hello and setup reply.
+func (p *Pool) startTimeout() time.Duration { return max(p.opts.Timeout, MinStartTimeout) }
+
 // threads is the threads each trainer is asked to use: Options.Threads,
 // or the machine's cores shared among the trainers handed out.
 func (p *Pool) threads() int {
@@ -180,12 +196,15 @@ func (p *Pool) Stats() Stats {
 }
 
 // Close stops every trainer: each is sent a bye and given a few seconds
-// to exit before it is killed.
+// to exit before it is killed. A trainer still starting, or in the middle
+// of a request, is killed after the same few seconds.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	ts := slices.Clone(p.trainers)
 	p.mu.Unlock()
+	kill := time.AfterFunc(closeGrace, p.stop)
+	defer kill.Stop()
 	var wg sync.WaitGroup
 	for _, t := range ts {
 		wg.Add(1)

@@ -20,9 +20,9 @@ type Options struct {
 	// /bin/sh -c in fedpq's working directory, for example
 	// "/usr/bin/python3 examples/pytorch/mnist_cnn2.py".
 	Command string
-	// Timeout bounds each request to a trainer, its start (up to its
-	// setup reply) included; 0 is DefaultTimeout. A trainer that takes
-	// longer is stopped.
+	// Timeout bounds each request to a trainer; 0 is DefaultTimeout. Its
+	// start (up to its setup reply) has at least MinStartTimeout. A
+	// trainer that takes longer is stopped.
 	Timeout time.Duration
 	// Stderr receives each line the trainers write to their stderr,
 	// prefixed with the trainer's number; nil drops them. Errors quote a
@@ -200,7 +200,7 @@ func (p *process) request(ctx context.Context, timeout time.Duration, what strin
 // readHello reads the trainer's first message within timeout.
 func (p *process) readHello(timeout time.Duration) (*frame.Frame, error) {
 	timer := time.AfterFunc(timeout, func() {
-		p.stop(fmt.Sprintf("sent no hello within %v of its start (trainer_timeout); stopped it", timeout))
+		p.stop(fmt.Sprintf("sent no hello within %v of its start (trainer_timeout, at least %v for a start); stopped it", timeout, MinStartTimeout))
 	})
 	defer timer.Stop()
 	f, err := frame.Read(p.out)

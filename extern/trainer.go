@@ -71,7 +71,8 @@ func (t *Trainer) ensure() error {
 	}
 	t.proc, t.datasets = proc, map[dataKey]*sent{}
 	t.stats.Starts++
-	f, err := proc.readHello(p.opts.Timeout)
+	context.AfterFunc(p.closing, func() { proc.stop("fedpq closed the trainer pool") })
+	f, err := proc.readHello(p.startTimeout())
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func (t *Trainer) ensure() error {
 	}
 	t.hello = f.H.Trainer
 	h := &frame.Header{Type: "setup", Protocol: Protocol, Seed: p.spec.Seed, InputShape: p.spec.Input, Classes: p.spec.Classes, Threads: p.threads()}
-	f, err = proc.request(context.Background(), p.opts.Timeout, "setup", h)
+	f, err = proc.request(context.Background(), p.startTimeout(), "setup", h)
 	if err == nil {
 		err = p.describe(t, f)
 	}

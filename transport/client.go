@@ -303,6 +303,7 @@ func (c *Client) prepare(y string) error {
 	}
 	m, err := mech.New(su.Engine.Mechanism, su.Engine.Mech)
 	if err != nil {
+		su.Close()
 		return &setupError{err}
 	}
 	tr, err := su.Worker()
