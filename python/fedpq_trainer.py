@@ -303,6 +303,13 @@ def serve(trainer, name=None):
     srv = _Server(trainer, conn)
     handlers = {"setup": srv.setup, "data": srv.put, "train": srv.train, "evaluate": srv.evaluate}
     name = name or trainer.name or type(trainer).__name__
+    try:
+        _loop(conn, handlers, name)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # fedpq is gone
+
+
+def _loop(conn, handlers, name):
     conn.send({"type": "hello", "protocol": PROTOCOL, "trainer": name})
     while True:
         try:
