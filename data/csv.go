@@ -174,7 +174,8 @@ func (t *Table) labelColumn(sp Spec) (int, error) {
 // categorical; categories and classes are the values found, ordered by
 // sortNames; numeric columns are scaled by sp.Scaling with this Table's
 // statistics. It also returns each row's client (the client column's
-// value), or nil if sp names no client column.
+// value), or nil if sp names no client column or the table has none (a
+// test set, or one client's own file, need not).
 func (t *Table) dataset(name string, sp Spec, s *Schema) (*Dataset, *Schema, []string, error) {
 	li, err := t.labelColumn(sp)
 	if err != nil {
@@ -182,10 +183,7 @@ func (t *Table) dataset(name string, sp Spec, s *Schema) (*Dataset, *Schema, []s
 	}
 	ci := -1
 	if sp.ClientColumn != "" {
-		if ci = t.column(sp.ClientColumn); ci < 0 {
-			return nil, nil, nil, fmt.Errorf("%s: no client column %q among the columns %s", t.path, sp.ClientColumn, short(t.header))
-		}
-		if ci == li {
+		if ci = t.column(sp.ClientColumn); ci == li {
 			return nil, nil, nil, fmt.Errorf("%s: column %q is both the label and the client column", t.path, sp.ClientColumn)
 		}
 	}

@@ -96,7 +96,6 @@ func TestCSVErrors(t *testing.T) {
 		{"header empty", "a,,label\n1,2,yes\n", Spec{}, nil, "column 2 of the header is empty"},
 		{"no label", "a,b,c\n1,2,3\n", Spec{}, nil, "no column named label or target"},
 		{"named label absent", "a,b,label\n1,2,yes\n", Spec{LabelColumn: "y"}, nil, `no label column "y"`},
-		{"client column absent", "a,b,label\n1,2,yes\n", Spec{ClientColumn: "user"}, nil, `no client column "user"`},
 		{"categorical absent", "a,b,label\n1,2,yes\n", Spec{Categorical: []string{"z"}}, nil, `categorical column "z"`},
 		{"empty", "", Spec{}, nil, "empty: a CSV needs a header"},
 		{"header only", "a,b,label\n", Spec{}, nil, "a header and no rows"},

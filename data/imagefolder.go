@@ -282,6 +282,17 @@ func writeImageFolder(dir string, d *Dataset, idx []int) error {
 	})
 }
 
+// Pixels reports whether every value of d is an 8-bit pixel (a multiple
+// of 1/255 in [0, 1]), which an ImageFolder of PNG files holds exactly.
+func Pixels(d *Dataset) bool {
+	for _, v := range d.X {
+		if !(v >= 0 && v <= 1) || byteScale[int(v*255+0.5)] != v {
+			return false
+		}
+	}
+	return true
+}
+
 // pixelBytes is x as bytes, each value exactly byte/255, or an error.
 func pixelBytes(x []float32) ([]byte, error) {
 	b := make([]byte, len(x))

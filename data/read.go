@@ -255,6 +255,17 @@ func readCIFARBatch(path string, sp Spec, s *Schema) (*Dataset, *Schema, error) 
 // with an extension or not (client-3, client-3.csv, client-3.npz).
 var clientEntry = regexp.MustCompile(`^client-(\d+)(\.[A-Za-z0-9.]+)?$`)
 
+// ClientNumber is K of a per-client directory's entry named client-K,
+// with an extension or not, as fedpq split names them.
+func ClientNumber(name string) (int, bool) {
+	m := clientEntry.FindStringSubmatch(name)
+	if m == nil {
+		return 0, false
+	}
+	k, err := strconv.Atoi(m[1])
+	return k, err == nil && k <= 1<<20
+}
+
 // ClientPaths lists the datasets of a per-client directory: its entries
 // client-0, client-1, ... client-(N-1), each a dataset of its own (a
 // directory or a file), in client order. Other entries (the test set, a
@@ -266,13 +277,12 @@ func ClientPaths(dir string) ([]string, error) {
 	}
 	byK := map[int]string{}
 	for _, e := range entries {
-		m := clientEntry.FindStringSubmatch(e.Name())
-		if m == nil {
+		k, ok := ClientNumber(e.Name())
+		if !ok {
+			if clientEntry.MatchString(e.Name()) {
+				return nil, fmt.Errorf("data: %s: client number of %s out of range", dir, e.Name())
+			}
 			continue
-		}
-		k, err := strconv.Atoi(m[1])
-		if err != nil || k > 1<<20 {
-			return nil, fmt.Errorf("data: %s: client number %s out of range", dir, m[1])
 		}
 		if prev, ok := byK[k]; ok {
 			return nil, fmt.Errorf("data: %s: client %d is both %s and %s", dir, k, prev, e.Name())
@@ -305,6 +315,9 @@ func ReadClients(path string, sp Spec, s *Schema) (*Dataset, [][]int, []string, 
 	if s == nil {
 		return nil, nil, nil, errors.New("data: ReadClients needs the run's schema")
 	}
+	if err := sp.Validate(); err != nil {
+		return nil, nil, nil, err
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("data: %w", err)
@@ -336,10 +349,16 @@ func readClientColumn(path string, sp Spec, s *Schema) (*Dataset, [][]int, []str
 	if sp.ClientColumn == "" {
 		return nil, nil, nil, fmt.Errorf("data: %s is one file: the clients' data in one CSV needs client_column, the column naming each row's client; or give a directory of client-K datasets", path)
 	}
-	sp.Format = FormatCSV
-	d, _, clients, err := read(path, sp, s)
+	t, err := readTable(path)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("data: %w", err)
+	}
+	if t.column(sp.ClientColumn) < 0 {
+		return nil, nil, nil, fmt.Errorf("data: %s: no client column %q among the columns %s", path, sp.ClientColumn, short(t.header))
+	}
+	d, _, clients, err := t.dataset(filepath.Base(path), sp, s)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("data: %w", err)
 	}
 	names := distinct(clients)
 	index := make(map[string]int, len(names))

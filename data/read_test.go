@@ -186,6 +186,10 @@ func TestReadClients(t *testing.T) {
 	if all.Len() != 4 || fmt.Sprint(parts) != "[[1 2] [0 3]]" || !slices.Equal(names, []string{"ann", "bob"}) {
 		t.Errorf("client column: parts %v names %v", parts, names)
 	}
+	sp.ClientColumn = "owner"
+	if _, _, _, err := ReadClients(csvPath, sp, cs); err == nil || !strings.Contains(err.Error(), `no client column "owner"`) {
+		t.Errorf("a CSV without its client column: %v", err)
+	}
 	sp.ClientColumn = ""
 	if _, _, _, err := ReadClients(csvPath, sp, cs); err == nil || !strings.Contains(err.Error(), "needs client_column") {
 		t.Errorf("a CSV without client column: %v", err)

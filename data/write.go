@@ -79,3 +79,13 @@ func (t *Table) Labels(sp Spec) ([]int32, []string, error) {
 func (t *Table) Write(path string, idx []int, clientColumn string, client func(j int) string) error {
 	return t.write(path, idx, clientColumn, client)
 }
+
+// Subset is a table of the rows idx, in that order.
+func (t *Table) Subset(idx []int) *Table {
+	s := &Table{path: t.path, header: t.header, classes: t.classes}
+	for _, i := range idx {
+		s.rows = append(s.rows, t.rows[i])
+		s.lines = append(s.lines, t.lines[i])
+	}
+	return s
+}

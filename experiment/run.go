@@ -119,11 +119,20 @@ type Setup struct {
 }
 
 // NewSetup validates c, loads its data and partitions it. The setup's
-// Config has its partition resolved (ResolvePartition).
+// Config has its partition resolved (ResolvePartition) and, where the
+// clients bring their own data, its paths, schema, clients and
+// max_examples (ResolveData, newOwnSetup).
 func NewSetup(c Config) (*Setup, error) {
 	c, _ = c.ResolvePartition()
+	c, _, err := c.ResolveData()
+	if err != nil {
+		return nil, err
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if c.Own() {
+		return newOwnSetup(c)
 	}
 	ec, err := c.engineConfig()
 	if err != nil {
@@ -190,7 +199,7 @@ func NewRecorder(c Config, eng *fl.Engine, resume bool) (*Recorder, error) {
 		return nil, err
 	}
 	rec := &Recorder{c: c, eng: eng, dir: dir, w: w, s: &report.Summary{
-		Name: c.Name, Mechanism: c.Mechanism, Dataset: c.Dataset, Model: c.Model,
+		Name: c.Name, Mechanism: c.Mechanism, Dataset: c.DatasetName(), Model: c.Model,
 		Seed: c.Seed, BestAccuracy: -1,
 	}}
 	for _, r := range past {
@@ -270,7 +279,7 @@ func restore(eng *fl.Engine, dir string) ([]report.Round, error) {
 // partition gives each client its examples, after holding out the
 // validation split (returned second) if there is one.
 func partition(c Config, fed *data.Federated) ([][]int, []int, error) {
-	kind, arg, err := parsePartition(c.Partition)
+	kind, _, err := parsePartition(c.Partition)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -295,15 +304,7 @@ func partition(c Config, fed *data.Federated) ([][]int, []int, error) {
 	for i, k := range keep {
 		labels[i] = train.Y[k]
 	}
-	var parts [][]int
-	switch kind {
-	case "iid":
-		parts, err = data.IID(len(keep), c.Clients, c.Seed)
-	case "dirichlet":
-		parts, err = data.Dirichlet(labels, train.Classes, c.Clients, arg, c.Seed)
-	default: // shards
-		parts, err = data.Shards(labels, c.Clients, int(arg), c.Seed)
-	}
+	parts, err := data.Partition(c.Partition, labels, train.Classes, c.Clients, c.Seed)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,11 +31,15 @@ import (
 // ClientConfig is how a client takes part in a server's run.
 type ClientConfig struct {
 	Server  string // host:port
-	ID      int    // the client's partition K of N
-	Clients int    // N
-	DataDir string // where the client's copy of the dataset is
-	Key     ed25519.PrivateKey
-	Token   string
+	ID      int    // the client's id K: its partition K of N, or its roster id
+	Clients int    // N; 0 with Data: as the server says
+	DataDir string // where the client's copy of a shared dataset is
+	// Data, if not empty, is the client's own dataset, for a run whose
+	// clients bring their own (DataFormat, if set, names its format).
+	Data       string
+	DataFormat string
+	Key        ed25519.PrivateKey
+	Token      string
 	// Roster, if not nil, is where the client looks up its partners'
 	// identities; without it, it takes them from the server.
 	Roster Roster
@@ -74,7 +79,9 @@ type Client struct {
 // NewClient checks cfg.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	switch {
-	case cfg.Clients < 1 || cfg.ID < 0 || cfg.ID >= cfg.Clients:
+	case cfg.Data != "" && (cfg.ID < 0 || cfg.Clients < 0 || cfg.Clients > 0 && cfg.ID >= cfg.Clients):
+		return nil, fmt.Errorf("client %d of %d: want 0 <= K < N", cfg.ID, cfg.Clients)
+	case cfg.Data == "" && (cfg.Clients < 1 || cfg.ID < 0 || cfg.ID >= cfg.Clients):
 		return nil, fmt.Errorf("partition %d/%d: want K/N with 0 <= K < N", cfg.ID, cfg.Clients)
 	case cfg.Key == nil:
 		return nil, errors.New("a client needs an identity key")
@@ -195,7 +202,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	err = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Join{Join: &pb.Join{
 		Client: id, Clients: uint32(c.cfg.Clients), Identity: c.cfg.Key.Public().(ed25519.PublicKey),
 		Signature: ed25519.Sign(c.cfg.Key, joinSigned(hello.GetRunId(), hello.GetChallenge(), id)),
-		Token:     c.cfg.Token, Examples: uint64(len(c.su.Clients[c.cfg.ID])),
+		Token:     c.cfg.Token, Examples: uint64(len(c.su.Clients[0])),
 	}}})
 	if err != nil {
 		return nil, false, err
@@ -259,9 +266,10 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 }
 
 // prepare builds the client's side of the run from the server's
-// configuration: the data (its own partition of its own copy), the model
-// and the mechanism. A server that comes back with another configuration
-// is refused.
+// configuration: the data (its own dataset, read into the run's schema,
+// or its partition of its copy of a shared dataset), the model and the
+// mechanism. Only the client's own examples are kept. A server that comes
+// back with another configuration is refused.
 func (c *Client) prepare(y string) error {
 	if c.su != nil {
 		if y != c.yaml {
@@ -273,17 +281,23 @@ func (c *Client) prepare(y string) error {
 	if err := experiment.Parse([]byte(y), &cfg); err != nil {
 		return &setupError{fmt.Errorf("the server's configuration: %w", err)}
 	}
-	if cfg.Clients != c.cfg.Clients {
-		return &setupError{fmt.Errorf("partition %d/%d, but the run has %d clients", c.cfg.ID, c.cfg.Clients, cfg.Clients)}
+	if cfg.Clients != c.cfg.Clients && (c.cfg.Data == "" || c.cfg.Clients != 0) {
+		return &setupError{fmt.Errorf("client %d of %d, but the run has %d clients", c.cfg.ID, c.cfg.Clients, cfg.Clients)}
 	}
 	if c.policy.RequireSecure && !cfg.SecureAggregation {
 		return &setupError{errors.New("the run does not use secure aggregation, which this client requires")}
 	}
 	cfg.DataDir = c.cfg.DataDir
-	su, err := experiment.NewSetup(cfg)
+	if c.cfg.DataFormat != "" {
+		cfg.DataFormat = c.cfg.DataFormat
+	}
+	su, err := experiment.NewClientSetup(cfg, c.cfg.ID, c.cfg.Data)
 	if err != nil {
 		return &setupError{err}
 	}
+	// A partition leaves the rest of the dataset it was cut from as
+	// garbage: give it back now, not at the scavenger's pace.
+	debug.FreeOSMemory()
 	m, err := mech.New(su.Engine.Mechanism, su.Engine.Mech)
 	if err != nil {
 		return &setupError{err}
@@ -294,8 +308,12 @@ func (c *Client) prepare(y string) error {
 	}
 	c.yaml, c.su, c.m, c.tr, c.specs = y, su, m, tr, su.Model.Tensors()
 	c.params = su.Model.NumParams()
-	c.log.Printf("%s, partition %d/%d: %d examples; model %s, mechanism %s",
-		cfg.Dataset, c.cfg.ID, c.cfg.Clients, len(su.Clients[c.cfg.ID]), cfg.Model, cfg.Mechanism)
+	c.cfg.Clients = cfg.Clients
+	from := fmt.Sprintf("%s, partition %d/%d", cfg.Dataset, c.cfg.ID, c.cfg.Clients)
+	if c.cfg.Data != "" {
+		from = fmt.Sprintf("client %d of %d, its own data %s", c.cfg.ID, c.cfg.Clients, c.cfg.Data)
+	}
+	c.log.Printf("%s: %d examples; model %s, mechanism %s", from, len(su.Clients[0]), cfg.Model, cfg.Mechanism)
 	return nil
 }
 
@@ -363,7 +381,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 
 	start := time.Now()
 	train := c.su.Data.Train
-	local, loss, err := c.tr.Train(ctx, global, train.X, train.Y, c.su.Clients[c.cfg.ID], model.TrainConfig{
+	local, loss, err := c.tr.Train(ctx, global, train.X, train.Y, c.su.Clients[0], model.TrainConfig{
 		Epochs: c.su.Engine.Epochs, Batch: c.su.Engine.Batch, Seed: corr.Derive(c.secret, "local", uint64(t)).Uint64(),
 	})
 	if err != nil {

@@ -91,9 +91,9 @@ func TestHostile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			line := h.server.await(t, fmt.Sprintf("client %d joined from .* \\((\\d+) examples\\)", bad), time.Second)
-			if k, _ := strconv.Atoi(line[1]); k > len(su.Clients[bad]) {
-				t.Errorf("the server weighs a client that claimed %d examples as %d, its partition %d", math.MaxInt32, k, len(su.Clients[bad]))
+			line := h.server.await(t, fmt.Sprintf("client %d joined from .* \\((\\d+) examples, weighed as (\\d+): its partition", bad), time.Second)
+			if k, _ := strconv.Atoi(line[2]); line[1] != fmt.Sprint(math.MaxInt32) || k > len(su.Clients[bad]) {
+				t.Errorf("the server weighs a client that claimed %s examples as %d, its partition %d", line[1], k, len(su.Clients[bad]))
 			}
 		})
 	}

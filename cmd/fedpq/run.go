@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/privacy"
@@ -49,7 +50,7 @@ var runFlagHelp = [][2]string{
 	{"dataset", "mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA"},
 	{"data_dir", "directory of the dataset files (default $FEDPQ_DATA, else ./data)"},
 	{"partition", "how the training set is split among clients: iid, dirichlet:ALPHA, shards:K, natural (the dataset's own clients: synthetic) or auto (natural where the dataset has clients of its own, else iid)"},
-	{"clients", "number of clients"},
+	{"clients", "number of clients (with --data, unless given: as many as the data has)"},
 	{"clients_per_round", "clients sampled per round (0: all)"},
 	{"dropout", "probability that a sampled client drops out before uploading"},
 	{"rounds", "communication rounds"},
@@ -81,6 +82,18 @@ var runFlagHelp = [][2]string{
 	{"global_lr", "global learning rate lambda"},
 	{"patience", "reload the best global model after this many evaluations without improvement (0: never)"},
 	{"validation", "fraction of the training set the server holds out to select the model for patience (0: use the test set)"},
+	{"data", "the clients' own data, instead of a partition of --dataset: a directory of client-K datasets (fedpq split writes one), or a CSV with --client-column (docs/data.md)"},
+	{"test_data", "own data: the evaluation set, all a deployed server reads (default: the entry test of --data)"},
+	{"validation_data", "own data: the set patience selects the model on, and the schema's statistics come from (default: none)"},
+	{"data_format", "own data: imagefolder, csv, npz, npy, idx or cifar (default: from each path)"},
+	{"label_column", "CSV: the label's column (default: label, else target)"},
+	{"categorical_columns", "CSV: comma-separated columns of categories, each one-hot encoded over its values in the evaluation set"},
+	{"client_column", "CSV: the column naming each row's client, in --data (LEAF's natural clients)"},
+	{"feature_scaling", "CSV: numeric columns scaled by standard (the default), minmax or none, with the evaluation set's statistics"},
+	{"image_size", "images: HEIGHTxWIDTH every image is resized to (default: their own, which must agree)"},
+	{"channels", "images: 1 (grey) or 3 (RGB); 0: grey if every image of the evaluation set is"},
+	{"classes", "own data: comma-separated class names in label order (default: those of the evaluation set)"},
+	{"max_examples", "the most examples a client's FedAvg weight counts; own data in a deployment must state it (fedpq run: the largest client's; docs/security.md)"},
 	{"ledger_delta", "delta of the privacy ledger's composed bounds (docs/privacy.md)"},
 	{"seed", "seed of every random stream"},
 	{"workers", "clients trained in parallel (0: all cores)"},
@@ -110,6 +123,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *configPath != "" && c.Name == experiment.Default().Name {
 		c.Name = strings.TrimSuffix(filepath.Base(*configPath), filepath.Ext(*configPath))
 	}
+	if c.Data != "" && !given(fs, *configPath, "clients") {
+		c.Clients = 0 // as many as the data has
+	}
 	if *format != "text" && *format != "json" {
 		return badValue{fmt.Errorf("--format %q: want text or json", *format)}
 	}
@@ -125,6 +141,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return badValue{err}
 		}
 		if c, note = c.ResolvePartition(); note != "" && !*quiet {
+			fmt.Fprintln(stderr, note)
+		}
+		var err error
+		if c, note, err = c.ResolveData(); err != nil {
+			return badValue{err}
+		} else if note != "" && !*quiet {
 			fmt.Fprintln(stderr, note)
 		}
 		run = func(p func(report.Round)) (*report.Summary, error) { return experiment.Run(ctx, c, p) }
@@ -166,6 +188,26 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	}
 	fmt.Fprintf(stdout, "  %.1f s; results in %s\n", s.Seconds, c.Dir())
 	return nil
+}
+
+// given reports whether the configuration key was set, by its flag or in
+// the --config file, rather than left to its default.
+func given(fs *flag.FlagSet, configPath, key string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == strings.ReplaceAll(key, "_", "-") })
+	if set || configPath == "" {
+		return set
+	}
+	b, err := os.ReadFile(configPath)
+	if err != nil {
+		return false
+	}
+	var m map[string]any
+	if yaml.Unmarshal(b, &m) != nil {
+		return false
+	}
+	_, set = m[key]
+	return set
 }
 
 // findConfig returns the value of --config in args, if any.
@@ -216,13 +258,17 @@ func findConfig(args []string) string {
 	return ""
 }
 
+// yamlOnly are the configuration keys that have no flag: values too
+// structured for one, which a run resolves and records in config.yaml.
+var yamlOnly = map[string]bool{"schema": true}
+
 // bindConfig defines a flag for every YAML key of c, with c's value as the
 // default.
 func bindConfig(fs *flag.FlagSet, c *experiment.Config) error {
-	v := reflect.ValueOf(c).Elem()
 	fields := map[string]reflect.Value{}
-	for i := range v.NumField() {
-		fields[strings.Split(v.Type().Field(i).Tag.Get("yaml"), ",")[0]] = v.Field(i)
+	configFields(reflect.ValueOf(c).Elem(), fields)
+	for k := range yamlOnly {
+		delete(fields, k)
 	}
 	for _, kv := range runFlagHelp {
 		f, ok := fields[kv[0]]
@@ -232,6 +278,8 @@ func bindConfig(fs *flag.FlagSet, c *experiment.Config) error {
 		delete(fields, kv[0])
 		name := strings.ReplaceAll(kv[0], "_", "-")
 		switch p := f.Addr().Interface().(type) {
+		case flag.Value:
+			fs.Var(p, name, kv[1])
 		case *string:
 			fs.StringVar(p, name, *p, kv[1])
 		case *int:
@@ -250,6 +298,19 @@ func bindConfig(fs *flag.FlagSet, c *experiment.Config) error {
 		return fmt.Errorf("internal: configuration key %q has no flag", k)
 	}
 	return nil
+}
+
+// configFields maps each YAML key of the struct v to its field, looking
+// into structs inlined in it.
+func configFields(v reflect.Value, fields map[string]reflect.Value) {
+	for i := range v.NumField() {
+		key, opts, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		if key == "" && strings.Contains(opts, "inline") {
+			configFields(v.Field(i), fields)
+			continue
+		}
+		fields[key] = v.Field(i)
+	}
 }
 
 // runProgress shows a progress bar with the round, accuracy and ETA on a
