@@ -5,11 +5,12 @@ import (
 	"compress/gzip"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fedpq/fedpq/data/datatest"
 )
 
 func writeFile(t *testing.T, path, text string) string {
@@ -153,34 +154,13 @@ func TestCSVGzipAndSklearnLayout(t *testing.T) {
 	}
 }
 
-// sklearnData is the directory of scikit-learn's bundled data sets
-// (Debian's python3-sklearn): the test skips without it, except in CI,
-// which installs it.
-func sklearnData(t *testing.T) string {
-	t.Helper()
-	dir := "/usr/lib/python3/dist-packages/sklearn/datasets/data" // Debian's
-	if _, err := os.Stat(dir); err != nil {
-		// Elsewhere, where Python finds scikit-learn (a second to ask).
-		if out, err := exec.Command("python3", "-c", "import sklearn.datasets as d; print(d.__path__[0])").Output(); err == nil {
-			dir = filepath.Join(strings.TrimSpace(string(out)), "data")
-		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, "iris.csv")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI without scikit-learn's data sets (Debian package python3-sklearn): %v", err)
-		}
-		t.Skipf("scikit-learn's bundled data sets are not installed (Debian package python3-sklearn): %v", err)
-	}
-	return dir
-}
-
 // TestSklearnCSVs: scikit-learn's bundled breast cancer, wine and iris sets
 // read as they ship, with their published sizes, classes and class counts
 // (sklearn's documentation: breast cancer 212 malignant, 357 benign; wine
 // 59, 71, 48; iris 50 each), and standard-scaled features of mean 0 and
 // standard deviation 1 in every column.
 func TestSklearnCSVs(t *testing.T) {
-	dir := sklearnData(t)
+	dir := datatest.Sklearn(t)
 	for _, tc := range []struct {
 		file     string
 		n, f     int
