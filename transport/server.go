@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -251,6 +252,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A partitioned run's training set was read to partition it, and is
+	// garbage now: give it back rather than at the scavenger's pace.
+	debug.FreeOSMemory()
 	tr, err := su.Trainer()
 	if err != nil {
 		return nil, err
