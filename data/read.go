@@ -39,7 +39,7 @@ func Detect(path string) (Format, error) {
 		if sub {
 			return FormatImageFolder, nil
 		}
-		return "", fmt.Errorf("data: %s: cannot tell its format: a directory of a dataset holds class subdirectories of images (imagefolder), x.npy and y.npy (npy) or IDX files (idx); name the format with data_format", path)
+		return "", fmt.Errorf("data: %s: cannot tell its format: a directory of a dataset holds class subdirectories of images (imagefolder), x.npy and y.npy (npy) or IDX files (idx); name the format with data_format, or a client's --data-format", path)
 	}
 	name := strings.ToLower(filepath.Base(path))
 	switch {
@@ -54,7 +54,7 @@ func Detect(path string) (Format, error) {
 	case strings.HasSuffix(name, ".bin"):
 		return FormatCIFAR, nil
 	}
-	return "", fmt.Errorf("data: %s: cannot tell its format from its name (.csv, .csv.gz, .npz, *-idx3-ubyte, .bin); name it with data_format (%s)", path, formatList())
+	return "", fmt.Errorf("data: %s: cannot tell its format from its name (.csv, .csv.gz, .npz, *-idx3-ubyte, .bin); name it with data_format, or a client's --data-format (%s)", path, formatList())
 }
 
 func formatList() string {

@@ -45,7 +45,7 @@ corbin at eps = 1, 40 rounds.
 
 // runFlagHelp is the help of each configuration key, in flag order.
 var runFlagHelp = [][2]string{
-	{"name", "run name: the run directory is runs/NAME unless --out is given"},
+	{"name", "run name: the run directory is runs/NAME unless --out is given (default: the --config file's name, else --data's, else quickstart)"},
 	{"out", "run directory"},
 	{"dataset", "mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA"},
 	{"data_dir", "directory of the dataset files (default $FEDPQ_DATA, else ./data)"},
@@ -122,6 +122,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *configPath != "" && c.Name == experiment.Default().Name {
 		c.Name = strings.TrimSuffix(filepath.Base(*configPath), filepath.Ext(*configPath))
+	}
+	if c.Data != "" && c.Name == experiment.Default().Name {
+		c.Name = strings.TrimSuffix(filepath.Base(c.Data), filepath.Ext(c.Data))
 	}
 	if c.Data != "" && !given(fs, *configPath, "clients") {
 		c.Clients = 0 // as many as the data has
