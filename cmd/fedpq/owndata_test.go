@@ -75,7 +75,7 @@ func TestOwnDataMNIST(t *testing.T) {
 	lis.Close()
 	server := start(t, "server", "server", "--test-data", filepath.Join(dir, "test.npz"), "--clients", "100", "--max-examples", "600",
 		"--model", "mlp", "--lr", "0.1", "--rounds", "2", "--out", filepath.Join(t.TempDir(), "dep"), "--listen", addr,
-		"--token", "own", "--min-clients", "3", "--gather", "2s")
+		"--token", "own", "--min-clients", "3", "--gather", "0s")
 	server.await(t, "listening on", time.Minute)
 	var clients []*proc
 	for k := range 3 {
