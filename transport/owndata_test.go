@@ -3,12 +3,14 @@ package transport
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fedpq/fedpq/data"
 )
@@ -16,7 +18,8 @@ import (
 // TestOwnData: a server that holds only the evaluation set and 4 clients
 // that each read only their own file run 2 rounds; every upload counts,
 // a client claiming more than max_examples is weighed as max_examples
-// (and the log says so), and the server's training set is empty. A client
+// (and the log says so), as is a lying client claiming 2^31-1 examples,
+// and the server's training set is empty. A client
 // whose data do not fit the run's schema, and one that brings its own
 // data to a run that partitions a shared dataset, stop at once with an
 // error that says why.
@@ -83,6 +86,16 @@ func TestOwnData(t *testing.T) {
 	ended(t, bad.done, "client")
 	if bad.err == nil || !strings.Contains(bad.err.Error(), "the run's examples are arrays or images of shape [60]") {
 		t.Errorf("a client with data of another shape: %v", bad.err)
+	}
+	// A client that claims 2^31-1 examples weighs max_examples.
+	if err := dial(t, ts.addr).joinClaiming(1, 4, token, math.MaxInt32); err != nil {
+		t.Fatal(err)
+	}
+	claimed := regexp.MustCompile(`client 1 joined from \S+ \(2147483647 examples, weighed as 100: max_examples\)`)
+	for start := time.Now(); !claimed.MatchString(ts.log.String()); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second { // the log line follows the Welcome
+			t.Fatalf("a claim of 2147483647 examples: no line %q in the log", claimed)
+		}
 	}
 	ts.cancel()
 
