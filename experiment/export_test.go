@@ -97,8 +97,12 @@ func TestExportImport(t *testing.T) {
 	// A whole run from the weights records where they came from.
 	c2 := c
 	c2.Name, c2.Out, c2.InitWeights, c2.Rounds = "dst", filepath.Join(dir, "dst"), ex.Files[1], 1
-	if _, err := Run(context.Background(), c2, nil); err != nil {
+	s2, err := Run(context.Background(), c2, nil)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if in := s2.Initial; in == nil || in.Accuracy != ex.Accuracy || in.Loss != ex.Loss || in.File != ex.Files[1] {
+		t.Errorf("summary's initial model %+v; exported accuracy %v, loss %v", in, ex.Accuracy, ex.Loss)
 	}
 	var rec Config
 	if err := Load(filepath.Join(c2.Out, "config.yaml"), &rec); err != nil || rec.InitWeights != ex.Files[1] || len(rec.InitWeightsSHA256) != 64 {
@@ -163,5 +167,33 @@ func TestSpecFile(t *testing.T) {
 	c.Model = bad
 	if _, err := NewSetup(c); err == nil || !strings.Contains(err.Error(), "layers[0] (conv 4 3x3): needs an [H W C] input, got [60] (the data are vectors)") {
 		t.Errorf("conv on vectors: %v", err)
+	}
+}
+
+// TestExampleSpecs: the spec files in experiments/nets build on MNIST's
+// input, and the experiments that name them validate.
+func TestExampleSpecs(t *testing.T) {
+	files, _ := filepath.Glob("../experiments/nets/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no spec in experiments/nets")
+	}
+	for _, f := range files {
+		c := Default()
+		c.Model = f
+		r, err := c.ResolveModel()
+		if err == nil {
+			_, err = r.newModel([]int{28, 28, 1}, 10)
+		}
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	c := Default()
+	if err := Load("../experiments/mnist-spec.yaml", &c); err != nil {
+		t.Fatal(err)
+	}
+	c.Model = "../" + c.Model
+	if err := c.Validate(); err != nil {
+		t.Error(err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fedpq/fedpq/model"
 	"github.com/fedpq/fedpq/model/onnx"
 	"github.com/fedpq/fedpq/model/safetensors"
+	"github.com/fedpq/fedpq/report"
 )
 
 // ResolveModel returns c with its model settled: a spec file named by
@@ -150,4 +151,20 @@ func (s *Setup) Initial() (fl.Model, error) {
 	}
 	c.InitWeightsSHA256 = sum
 	return pretrained{s.Model, w}, nil
+}
+
+// StartedFrom records in the summary the test accuracy and loss of the
+// model a run starts from, where init_weights gave it (nothing otherwise):
+// tr scores start's weights before the first round.
+func (rec *Recorder) StartedFrom(su *Setup, start fl.Model, tr fl.Trainer) error {
+	c := su.Config
+	if c.InitWeights == "" {
+		return nil
+	}
+	acc, loss, err := tr.Evaluate(start.Init(c.Seed), su.Data.Test.X, su.Data.Test.Y, nil)
+	if err != nil {
+		return err
+	}
+	rec.s.Initial = &report.Initial{File: c.InitWeights, SHA256: c.InitWeightsSHA256, Accuracy: acc, Loss: loss}
+	return nil
 }

@@ -93,6 +93,11 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if err != nil {
 		return nil, err
 	}
+	if !resume {
+		if err := rec.StartedFrom(su, start, task.Trainers[0]); err != nil {
+			return nil, err
+		}
+	}
 	err = eng.Run(ctx, func(r report.Round) error {
 		if err := rec.Round(r); err != nil {
 			return err

@@ -137,6 +137,7 @@ type step struct {
 type Model struct {
 	arch    string
 	spec    Spec
+	shapes  [][]int // each spec layer's output shape
 	input   []int
 	classes int
 	specs   []TensorSpec
@@ -151,7 +152,7 @@ type Model struct {
 func New(arch string, input []int, classes int) (*Model, error) {
 	s, ok := zoo[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: unknown architecture %q (have %v, or a spec file: docs/models.md#specs)", arch, Names())
+		return nil, &SpecError{fmt.Sprintf("model: unknown architecture %q (have %v, or a spec file: docs/models.md#specs)", arch, Names())}
 	}
 	return FromSpec(s, input, classes)
 }

@@ -310,11 +310,13 @@ func (s Spec) MarshalYAML() (any, error) {
 
 // YAML is the spec as a YAML document (MarshalYAML).
 func (s Spec) YAML() []byte {
-	b, err := yaml.Marshal(s)
-	if err != nil {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(s); err != nil {
 		panic(err) // MarshalYAML builds only strings
 	}
-	return b
+	return b.Bytes()
 }
 
 // keyValues are l's settings as YAML writes them, defaults left out.
@@ -378,7 +380,7 @@ func FromSpec(s Spec, input []int, classes int) (*Model, error) {
 	if err := checkIO(name, input, classes); err != nil {
 		return nil, err
 	}
-	layers, err := s.compile(input, classes)
+	layers, shapes, err := s.compile(input, classes)
 	if err != nil {
 		return nil, &SpecError{fmt.Sprintf("model: %s: %v", name, err)}
 	}
@@ -386,7 +388,7 @@ func FromSpec(s Spec, input []int, classes int) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.spec = s
+	m.spec, m.shapes = s, shapes
 	m.spec.Layers = slices.Clone(s.Layers)
 	m.steps[len(m.steps)-1].at = len(s.Layers) - 1 // the logits
 	return m, nil
@@ -397,11 +399,12 @@ func FromSpec(s Spec, input []int, classes int) (*Model, error) {
 // layer before it, pooling a step of its own after a conv, flatten implied
 // by the dense layer after it, and the last dense layer (the logits)
 // left for assemble to add. Each layer records its position in s.
-func (s Spec) compile(input []int, classes int) ([]layer, error) {
+func (s Spec) compile(input []int, classes int) ([]layer, [][]int, error) {
 	if len(s.Layers) == 0 {
-		return nil, errors.New("the spec has no layers")
+		return nil, nil, errors.New("the spec has no layers")
 	}
 	var out []layer
+	shapes := make([][]int, len(s.Layers)) // each layer's output
 	cur := slices.Clone(input)
 	// after is what the previous entry of s left: "conv", "conv-pooled"
 	// (a relu conv that may be pooled), "dense" (a hidden dense layer with
@@ -419,17 +422,17 @@ func (s Spec) compile(input []int, classes int) ([]layer, error) {
 		switch l.Kind {
 		case "conv":
 			if len(cur) != 3 {
-				return nil, at("needs an [H W C] input, got %v%s", cur, flatHint(after))
+				return nil, nil, at("needs an [H W C] input, got %v%s", cur, flatHint(after))
 			}
 			if l.Padding != 0 && l.Padding != l.Kernel/2 {
-				return nil, at("padding %d: the engines pad 0 or kernel/2 = %d", l.Padding, l.Kernel/2)
+				return nil, nil, at("padding %d: the engines pad 0 or kernel/2 = %d", l.Padding, l.Kernel/2)
 			}
 			if act != "relu" && act != "sigmoid" {
-				return nil, at("must be followed by relu or sigmoid (the engines fuse the activation into the convolution; they have no linear convolution)")
+				return nil, nil, at("must be followed by relu or sigmoid (the engines fuse the activation into the convolution; they have no linear convolution)")
 			}
 			h, w := cur[0]+2*l.Padding, cur[1]+2*l.Padding
 			if h < l.Kernel || w < l.Kernel {
-				return nil, at("kernel %dx%d does not fit its input %v (padding %d)", l.Kernel, l.Kernel, cur, l.Padding)
+				return nil, nil, at("kernel %dx%d does not fit its input %v (padding %d)", l.Kernel, l.Kernel, cur, l.Padding)
 			}
 			st := max(l.Stride, 1)
 			cur = []int{(h-l.Kernel)/st + 1, (w-l.Kernel)/st + 1, l.Channels}
@@ -438,57 +441,63 @@ func (s Spec) compile(input []int, classes int) ([]layer, error) {
 			if act == "relu" && st == 1 {
 				after = "conv-poolable"
 			}
+			shapes[i], shapes[i+1] = cur, cur
 			i++ // the activation
 		case "maxpool":
 			if after != "conv-poolable" {
-				return nil, at("must follow a convolution's relu (conv, relu, maxpool); the engines pool nothing else (not a strided or sigmoid convolution, nor another pooling)")
+				return nil, nil, at("must follow a convolution's relu (conv, relu, maxpool); the engines pool nothing else (not a strided or sigmoid convolution, nor another pooling)")
 			}
 			if cur[0] < 2 || cur[1] < 2 {
-				return nil, at("its input %v is smaller than the 2x2 window", cur)
+				return nil, nil, at("its input %v is smaller than the 2x2 window", cur)
 			}
 			cur = []int{cur[0] / 2, cur[1] / 2, cur[2]}
+			shapes[i] = cur
 			out = append(out, layer{kind: maxPool, at: i})
 			after = "pool"
 		case "flatten":
 			cur = []int{product(cur)}
+			shapes[i] = cur
 			after = "flatten"
 		case "dense":
 			if len(cur) != 1 {
-				return nil, at("its input is %v: put a flatten before it", cur)
+				return nil, nil, at("its input is %v: put a flatten before it", cur)
 			}
 			units := l.Units
 			if i == len(s.Layers)-1 {
 				if units != 0 && units != classes {
-					return nil, at("the last layer gives the logits: %d units, but the data has %d classes (write units: classes)", units, classes)
+					return nil, nil, at("the last layer gives the logits: %d units, but the data has %d classes (write units: classes)", units, classes)
 				}
+				shapes[i] = []int{classes}
 				continue // assemble adds the logits layer
 			}
 			if units == 0 {
-				return nil, at("units: classes is for the last layer only; give a number")
+				return nil, nil, at("units: classes is for the last layer only; give a number")
 			}
 			if act != "relu" && act != "sigmoid" {
-				return nil, at("is not the last layer, so it must be followed by relu or sigmoid (the engines have no linear hidden layer)")
+				return nil, nil, at("is not the last layer, so it must be followed by relu or sigmoid (the engines have no linear hidden layer)")
 			}
 			cur = []int{units}
 			out = append(out, layer{kind: dense, out: units, sigmoid: act == "sigmoid", at: i})
 			after = "dense-" + act
+			shapes[i], shapes[i+1] = cur, cur
 			i++
 		case "dropout":
 			if after != "dense-relu" {
-				return nil, at("must follow a hidden dense layer's relu (dense, relu, dropout): the engines fuse dropout into it")
+				return nil, nil, at("must follow a hidden dense layer's relu (dense, relu, dropout): the engines fuse dropout into it")
 			}
+			shapes[i] = cur
 			out = append(out, layer{kind: dropout, p: l.P, at: i})
 			after = "dropout"
 		case "relu", "sigmoid":
-			return nil, at("must follow a conv or dense layer (it is that layer's activation)")
+			return nil, nil, at("must follow a conv or dense layer (it is that layer's activation)")
 		default:
-			return nil, at("unknown layer kind; the engines have %s", strings.Join(LayerKinds, ", "))
+			return nil, nil, at("unknown layer kind; the engines have %s", strings.Join(LayerKinds, ", "))
 		}
 	}
 	if last := s.Layers[len(s.Layers)-1]; last.Kind != "dense" {
-		return nil, fmt.Errorf("layers[%d] (%s): the last layer must be dense with units: classes (the logits; the loss applies the softmax)", len(s.Layers)-1, last)
+		return nil, nil, fmt.Errorf("layers[%d] (%s): the last layer must be dense with units: classes (the logits; the loss applies the softmax)", len(s.Layers)-1, last)
 	}
-	return out, nil
+	return out, shapes, nil
 }
 
 // flatHint says why an input is flat when a convolution finds it so.
@@ -566,4 +575,33 @@ func checkIO(name string, input []int, classes int) error {
 		}
 	}
 	return nil
+}
+
+// Summary is the model as a table: each layer of its spec with its output
+// shape (an example's: HWC for images) and its tensors as PyTorch names
+// them, then the parameter count.
+func (m *Model) Summary() string {
+	var b strings.Builder
+	tensors := m.TorchTensors()
+	byLayer := map[int][]string{}
+	params := map[int]int{}
+	for _, st := range m.steps {
+		if st.w >= 0 {
+			for _, t := range []TensorSpec{tensors[st.w], tensors[st.b]} {
+				byLayer[st.at] = append(byLayer[st.at], fmt.Sprintf("%s %v", t.Name, t.Shape))
+				params[st.at] += t.Size()
+			}
+		}
+	}
+	fmt.Fprintf(&b, "%s: input %v, %d classes\n", m.arch, m.input, m.classes)
+	fmt.Fprintf(&b, "%5s  %-27s %-13s %10s  %s\n", "layer", "kind", "output", "parameters", "tensors")
+	for i, l := range m.spec.Layers {
+		p := ""
+		if params[i] > 0 {
+			p = strconv.Itoa(params[i])
+		}
+		fmt.Fprintf(&b, "%5d  %-27s %-13s %10s  %s\n", i, l, fmt.Sprint(m.shapes[i]), p, strings.Join(byLayer[i], ", "))
+	}
+	fmt.Fprintf(&b, "%d parameters\n", m.NumParams())
+	return b.String()
 }

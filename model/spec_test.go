@@ -208,6 +208,19 @@ layers:
 	if fmt.Sprint(at) != "[0 2 4 6 8 10 11]" {
 		t.Errorf("steps at spec layers %v", at)
 	}
+	sum := m.Summary()
+	for _, want := range []string{
+		"mine: input [29 27 3], 7 classes",
+		"    0  conv 8 3x3 stride 2         [14 13 8]            224  0.weight [8 3 3 3], 0.bias [8]",
+		"    4  maxpool 2x2                 [7 6 16]",
+		"    5  flatten                     [672]",
+		"   11  dense classes               [7]                   91  11.weight [7 12], 11.bias [7]",
+		"17935 parameters",
+	} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum)
+		}
+	}
 }
 
 // specCombos are networks the zoo does not have, written as specs, that

@@ -301,6 +301,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !resume {
+		if err := rec.StartedFrom(su, start, tr); err != nil {
+			return nil, err
+		}
+	}
 	s := &Server{
 		cfg: cfg, su: su, eng: eng, rec: rec, runID: id[:16], yaml: y, log: cfg.Log,
 		fleet: fleet, paired: m.Coupling() == mech.Paired, pins: pinned, joined: map[uint32]time.Time{},

@@ -149,6 +149,9 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 		return enc.Encode(s)
 	}
 	fmt.Fprintf(stdout, "%s: %s on %s, %s, %d rounds\n", s.Name, s.Mechanism, s.Dataset, s.Model, s.Rounds)
+	if in := s.Initial; in != nil {
+		fmt.Fprintf(stdout, "  started from %s (sha256 %.16s): accuracy %.4f before round 1\n", in.File, in.SHA256, in.Accuracy)
+	}
 	fmt.Fprintf(stdout, "  final accuracy %.4f, best %.4f (round %d)\n", s.FinalAccuracy, s.BestAccuracy, s.BestRound)
 	fmt.Fprintf(stdout, "  uplink %.4g bits/param per client, %.4g MB in all", s.UplinkBitsPerParam, float64(s.UplinkBitsTotal)/8e6)
 	if s.SetupBytesTotal > 0 {
