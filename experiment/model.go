@@ -34,10 +34,11 @@ func (c Config) ResolveModel() (Config, error) {
 		if len(c.ModelSpec.Layers) == 0 {
 			return c, errors.New("model_spec has no layers")
 		}
-		if c.ModelSpec.Name == "" {
-			c.ModelSpec.Name = "model_spec"
+		s := *c.ModelSpec // c's copy, not the caller's
+		if s.Name == "" {
+			s.Name = "model_spec"
 		}
-		c.Model = c.ModelSpec.Name
+		c.ModelSpec, c.Model = &s, s.Name
 	case !slices.Contains(model.Names(), c.Model):
 		return c, fmt.Errorf("model %q: want one of %v, or a spec file (.yaml; docs/models.md#specs)", c.Model, model.Names())
 	}
