@@ -4,8 +4,11 @@
 // The graph (Marshal) has one node per layer of the model's spec, named
 // after it ("3:conv"), in ONNX opset 13 (IR version 8, what python3-onnx
 // 1.12's checker knows): Conv, Relu, Sigmoid, MaxPool (2 x 2, stride 2,
-// floor), Flatten (axis 1), Gemm (transB = 1: y = x W^T + b, as PyTorch's
-// Linear) and Dropout (the identity outside training). The weights are
+// floor), Flatten (axis 1) and Gemm (transB = 1: y = x W^T + b, as
+// PyTorch's Linear). Dropout, the identity outside training, has no node
+// (as in torch.onnx.export of a model in eval mode; runtimes such as
+// onnx-gomlx lack the operator); the spec in the metadata keeps it. The
+// weights are
 // initializers named and laid out as model.TorchTensors, the names of a
 // PyTorch nn.Sequential of the spec. The input "input" is [N, C, H, W]
 // float32 for image data (PyTorch's layout; fedpq's data are [H, W, C] per
@@ -101,12 +104,7 @@ func Marshal(m *model.Model, weights [][]float32, doc string, meta map[string]st
 			n.Input = append(n.Input, w, b)
 			n.Attribute = []*pb.AttributeProto{integer("transB", 1)}
 		case "dropout":
-			ratio := fmt.Sprintf("%d:ratio", i)
-			g.Node = append(g.Node, &pb.NodeProto{Name: proto.String(ratio), OpType: proto.String("Constant"), Output: []string{ratio},
-				Attribute: []*pb.AttributeProto{{Name: proto.String("value"), Type: pb.AttributeProto_TENSOR.Enum(),
-					T: tensor(model.Named{Name: ratio, Shape: []int{}, Data: []float32{float32(l.P)}})}}})
-			n.OpType = proto.String("Dropout")
-			n.Input = append(n.Input, ratio)
+			continue // the identity outside training, left out as torch.onnx.export leaves it out
 		default:
 			return nil, fmt.Errorf("onnx: layer %d: no ONNX operator for %q", i, l.Kind)
 		}
