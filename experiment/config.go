@@ -50,14 +50,15 @@ type Config struct {
 	// as fedpq export writes them, that the run starts from instead of
 	// drawing them from the seed; InitWeightsSHA256 is its hash, recorded
 	// by the run (and checked, when given).
-	InitWeights       string  `yaml:"init_weights,omitempty"`
-	InitWeightsSHA256 string  `yaml:"init_weights_sha256,omitempty"`
-	Optimizer         string  `yaml:"optimizer"` // sgd or adam
-	LR                float64 `yaml:"lr"`
-	Momentum          float64 `yaml:"momentum"`
-	WeightDecay       float64 `yaml:"weight_decay"`
-	Epochs            int     `yaml:"epochs"`
-	Batch             int     `yaml:"batch"`
+	InitWeights       string `yaml:"init_weights,omitempty"`
+	InitWeightsSHA256 string `yaml:"init_weights_sha256,omitempty"`
+
+	Optimizer   string  `yaml:"optimizer"` // sgd or adam
+	LR          float64 `yaml:"lr"`
+	Momentum    float64 `yaml:"momentum"`
+	WeightDecay float64 `yaml:"weight_decay"`
+	Epochs      int     `yaml:"epochs"`
+	Batch       int     `yaml:"batch"`
 
 	Mechanism  string  `yaml:"mechanism"`
 	Epsilon    float64 `yaml:"epsilon"`
