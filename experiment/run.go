@@ -70,7 +70,14 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	task := fl.Task{Model: su.Model, Data: su.Data, Clients: su.Clients, Validation: su.Validation}
+	// A resumed run starts from its checkpoint: init_weights is not read.
+	var start fl.Model = su.Model
+	if !resume {
+		if start, err = su.Initial(); err != nil {
+			return nil, err
+		}
+	}
+	task := fl.Task{Model: start, Data: su.Data, Clients: su.Clients, Validation: su.Validation}
 	for range min(workers, len(su.Clients)) {
 		tr, err := su.Trainer()
 		if err != nil {
@@ -85,6 +92,11 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	rec, err := NewRecorder(su.Config, eng, resume)
 	if err != nil {
 		return nil, err
+	}
+	if !resume {
+		if err := rec.StartedFrom(su, start, task.Trainers[0]); err != nil {
+			return nil, err
+		}
 	}
 	err = eng.Run(ctx, func(r report.Round) error {
 		if err := rec.Round(r); err != nil {
@@ -119,10 +131,15 @@ type Setup struct {
 }
 
 // NewSetup validates c, loads its data and partitions it. The setup's
-// Config has its partition resolved (ResolvePartition).
+// Config has its partition and model resolved (ResolvePartition,
+// ResolveModel).
 func NewSetup(c Config) (*Setup, error) {
 	c, _ = c.ResolvePartition()
 	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := c.ResolveModel()
+	if err != nil {
 		return nil, err
 	}
 	ec, err := c.engineConfig()
@@ -141,7 +158,7 @@ func NewSetup(c Config) (*Setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.New(c.Model, fed.Train.Shape, fed.Train.Classes)
+	m, err := c.newModel(fed.Train.Shape, fed.Train.Classes)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ type helpGroup struct {
 // The settings of a run, grouped; the server shows them too.
 var runGroups = []helpGroup{
 	{"Data", []string{"dataset", "data-dir", "partition", "clients", "clients-per-round", "dropout", "validation"}},
-	{"Model and training", []string{"model", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
+	{"Model and training", []string{"model", "init-weights", "init-weights-sha256", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
 		"range", "perturb", "weighting", "global-lr", "patience", "eval-every", "engine", "workers", "seed"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "transfer"}},
