@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -38,7 +37,21 @@ type Config struct {
 	Rounds          int     `yaml:"rounds"`
 	EvalEvery       int     `yaml:"eval_every"`
 
-	Model       string  `yaml:"model"`
+	// Model is an architecture of the zoo, a spec file (.yaml) or the name
+	// of ModelSpec (ResolveModel).
+	Model string `yaml:"model"`
+	// ModelSpec is a network of one's own (docs/models.md#specs), written in
+	// the configuration or read from the spec file that Model names: the
+	// resolved config.yaml holds it, so that the run can be repeated, and a
+	// deployed client build the model, without the file.
+	ModelSpec *model.Spec `yaml:"model_spec,omitempty"`
+	// InitWeights is a .safetensors or .onnx file of the model's weights,
+	// as fedpq export writes them, that the run starts from instead of
+	// drawing them from the seed; InitWeightsSHA256 is its hash, recorded
+	// by the run (and checked, when given).
+	InitWeights       string `yaml:"init_weights,omitempty"`
+	InitWeightsSHA256 string `yaml:"init_weights_sha256,omitempty"`
+
 	Optimizer   string  `yaml:"optimizer"` // sgd or adam
 	LR          float64 `yaml:"lr"`
 	Momentum    float64 `yaml:"momentum"`
@@ -186,8 +199,11 @@ func (c Config) Validate() error {
 	if _, _, err := parsePartition(resolved.Partition); err != nil {
 		return err
 	}
-	if !slices.Contains(model.Names(), c.Model) {
-		return fmt.Errorf("model %q: want one of %v", c.Model, model.Names())
+	if _, err := c.ResolveModel(); err != nil {
+		return err
+	}
+	if err := c.checkInitWeights(); err != nil {
+		return err
 	}
 	if e := model.Engine(c.Engine); e != model.Native && e != model.GoMLX {
 		return fmt.Errorf("engine %q: want %s or %s", c.Engine, model.Native, model.GoMLX)

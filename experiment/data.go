@@ -11,7 +11,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fedpq/fedpq/data"
-	"github.com/fedpq/fedpq/model"
 )
 
 // OwnData are the settings of a run whose clients bring their own data
@@ -298,6 +297,10 @@ func NewServerSetup(c Config) (*Setup, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	c, err := c.ResolveModel()
+	if err != nil {
+		return nil, err
+	}
 	test, val, s, err := c.evaluationSets()
 	if err != nil {
 		return nil, err
@@ -338,6 +341,10 @@ func NewClientSetup(c Config, k int, path string) (*Setup, error) {
 	case k < 0 || k >= c.Clients:
 		return nil, fmt.Errorf("client %d: the run has clients 0 to %d", k, c.Clients-1)
 	}
+	c, err := c.ResolveModel()
+	if err != nil {
+		return nil, err
+	}
 	sp, err := c.Spec()
 	if err != nil {
 		return nil, err
@@ -359,7 +366,7 @@ func (c Config) setupWith(train, test, val *data.Dataset, clients [][]int) (*Set
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.New(c.Model, c.Schema.Shape, len(c.Schema.Classes))
+	m, err := c.newModel(c.Schema.Shape, len(c.Schema.Classes))
 	if err != nil {
 		return nil, err
 	}

@@ -70,7 +70,14 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	task := fl.Task{Model: su.Model, Data: su.Data, Clients: su.Clients, Validation: su.Validation}
+	// A resumed run starts from its checkpoint: init_weights is not read.
+	var start fl.Model = su.Model
+	if !resume {
+		if start, err = su.Initial(); err != nil {
+			return nil, err
+		}
+	}
+	task := fl.Task{Model: start, Data: su.Data, Clients: su.Clients, Validation: su.Validation}
 	for range min(workers, len(su.Clients)) {
 		tr, err := su.Trainer()
 		if err != nil {
@@ -85,6 +92,11 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	rec, err := NewRecorder(su.Config, eng, resume)
 	if err != nil {
 		return nil, err
+	}
+	if !resume {
+		if err := rec.StartedFrom(su, start, task.Trainers[0]); err != nil {
+			return nil, err
+		}
 	}
 	err = eng.Run(ctx, func(r report.Round) error {
 		if err := rec.Round(r); err != nil {
@@ -119,9 +131,9 @@ type Setup struct {
 }
 
 // NewSetup validates c, loads its data and partitions it. The setup's
-// Config has its partition resolved (ResolvePartition) and, where the
-// clients bring their own data, its paths, schema, clients and
-// max_examples (ResolveData, newOwnSetup).
+// Config has its partition and model resolved (ResolvePartition,
+// ResolveModel) and, where the clients bring their own data, its paths,
+// schema, clients and max_examples (ResolveData, newOwnSetup).
 func NewSetup(c Config) (*Setup, error) {
 	c, _ = c.ResolvePartition()
 	c, _, err := c.ResolveData()
@@ -129,6 +141,9 @@ func NewSetup(c Config) (*Setup, error) {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c, err = c.ResolveModel(); err != nil {
 		return nil, err
 	}
 	if c.Own() {
@@ -150,7 +165,7 @@ func NewSetup(c Config) (*Setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.New(c.Model, fed.Train.Shape, fed.Train.Classes)
+	m, err := c.newModel(fed.Train.Shape, fed.Train.Classes)
 	if err != nil {
 		return nil, err
 	}

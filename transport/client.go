@@ -74,6 +74,10 @@ type Client struct {
 	policy ClientPolicy
 	state  *clientState
 	beacon [32]byte // the run's beacon commitment, secure runs
+	// last is the client's last plain upload, of run lastRun: what it
+	// sends again if a restarted server asks for that round again.
+	last    *pb.Upload
+	lastRun []byte
 }
 
 // NewClient checks cfg.
@@ -330,6 +334,15 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	t := rs.GetRound()
 	switch {
 	case c.state.answered(runID, t):
+		// A server that restarted asks again for the round it lost. A
+		// plain round gets the very message it had (nothing new leaves);
+		// a secure one, or one whose message this process no longer has,
+		// is declined: a second masked input over another set of clients
+		// would give its message away.
+		if u := c.last; u != nil && rs.GetSecagg() == nil && string(c.lastRun) == string(runID) && u.GetRound() == t {
+			c.log.Printf("round %d: asked again (the server restarted); sending the same upload", t)
+			return nil, stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: u}})
+		}
 		return nil, c.decline(stream, t, fmt.Errorf("round %d of this run was answered before", t))
 	case c.su.Config.SecureAggregation && rs.GetSecagg() == nil:
 		return nil, c.decline(stream, t, fmt.Errorf("the run has secure aggregation, but round %d does not", t))
@@ -415,9 +428,8 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	if err := c.state.answer(runID, t); err != nil {
 		return next, &setupError{err}
 	}
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{
-		Round: t, Payloads: payloads, Loss: loss,
-	}}}); err != nil {
+	c.last, c.lastRun = &pb.Upload{Round: t, Payloads: payloads, Loss: loss}, runID
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: c.last}}); err != nil {
 		return nil, err
 	}
 	c.log.Printf("round %d: trained in %v (loss %.4f), uploaded %d bytes as %s", t, trained.Round(time.Millisecond), loss, size, role(slot))

@@ -259,8 +259,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The configuration as run, its partition resolved: what config.yaml
-	// records, the clients are sent, and the run id hashes.
+	// init_weights, read here only (with its sha256 recorded in the
+	// configuration): the clients get the global model every round.
+	start, err := su.Initial()
+	if err != nil {
+		return nil, err
+	}
+	// The configuration as run, its partition and model resolved: what
+	// config.yaml records, the clients are sent, and the run id hashes.
 	c = su.Config
 	y, err := c.YAML()
 	if err != nil {
@@ -289,7 +295,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	id := sha256.Sum256(y)
 	eng, err := fl.New(su.Engine, fl.Task{
-		Model: su.Model, Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
+		Model: start, Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
 		Secret: secret, RunID: id[:16],
 	})
 	if err != nil {
@@ -298,6 +304,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	rec, err := experiment.NewRecorder(c, eng, resume)
 	if err != nil {
 		return nil, err
+	}
+	if !resume {
+		if err := rec.StartedFrom(su, start, tr); err != nil {
+			return nil, err
+		}
 	}
 	s := &Server{
 		cfg: cfg, su: su, eng: eng, rec: rec, runID: id[:16], yaml: y, log: cfg.Log,

@@ -19,7 +19,7 @@ var runGroups = []helpGroup{
 	{"Data", []string{"dataset", "data-dir", "partition", "clients", "clients-per-round", "dropout", "validation"}},
 	{"Own data (instead of --dataset; docs/data.md)", []string{"data", "test-data", "validation-data", "data-format", "label-column",
 		"categorical-columns", "client-column", "feature-scaling", "image-size", "channels", "classes", "max-examples"}},
-	{"Model and training", []string{"model", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
+	{"Model and training", []string{"model", "init-weights", "init-weights-sha256", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
 		"range", "perturb", "weighting", "global-lr", "patience", "eval-every", "engine", "workers", "seed"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "transfer"}},

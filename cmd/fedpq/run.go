@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/model"
 	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 )
@@ -55,7 +56,9 @@ var runFlagHelp = [][2]string{
 	{"dropout", "probability that a sampled client drops out before uploading"},
 	{"rounds", "communication rounds"},
 	{"eval_every", "evaluate the global model on the test set every this many rounds"},
-	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn, vgg-small or lenet"},
+	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn, vgg-small, lenet, or a spec file NET.yaml of one's own (docs/models.md#specs; config.yaml records the spec as model_spec)"},
+	{"init_weights", "start from the weights in this .safetensors or .onnx file (as fedpq export writes them) instead of drawing them from the seed"},
+	{"init_weights_sha256", "the sha256 of init_weights: recorded by the run, checked when given"},
 	{"optimizer", "local optimizer: sgd or adam (state reset for every client)"},
 	{"lr", "local learning rate"},
 	{"momentum", "sgd momentum"},
@@ -171,6 +174,9 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 		return enc.Encode(s)
 	}
 	fmt.Fprintf(stdout, "%s: %s on %s, %s, %d rounds\n", s.Name, s.Mechanism, s.Dataset, s.Model, s.Rounds)
+	if in := s.Initial; in != nil {
+		fmt.Fprintf(stdout, "  started from %s (sha256 %.16s): accuracy %.4f before round 1\n", in.File, in.SHA256, in.Accuracy)
+	}
 	fmt.Fprintf(stdout, "  final accuracy %.4f, best %.4f (round %d)\n", s.FinalAccuracy, s.BestAccuracy, s.BestRound)
 	fmt.Fprintf(stdout, "  uplink %.4g bits/param per client, %.4g MB in all", s.UplinkBitsPerParam, float64(s.UplinkBitsTotal)/8e6)
 	if s.SetupBytesTotal > 0 {
@@ -263,7 +269,10 @@ func findConfig(args []string) string {
 
 // yamlOnly are the configuration keys that have no flag: values too
 // structured for one, which a run resolves and records in config.yaml.
-var yamlOnly = map[string]bool{"schema": true}
+var yamlOnly = map[string]bool{
+	"model_spec": true, // a spec is a list of layers
+	"schema":     true, // own data: shape, classes, columns
+}
 
 // bindConfig defines a flag for every YAML key of c, with c's value as the
 // default.
@@ -300,6 +309,11 @@ func bindConfig(fs *flag.FlagSet, c *experiment.Config) error {
 	for k := range fields {
 		return fmt.Errorf("internal: configuration key %q has no flag", k)
 	}
+	// --model replaces a model_spec of the --config file (a run's
+	// config.yaml has one): the flag names the model of this run.
+	if f := fs.Lookup("model"); f != nil {
+		f.Value = modelFlag{&c.Model, &c.ModelSpec}
+	}
 	return nil
 }
 
@@ -315,6 +329,25 @@ func configFields(v reflect.Value, fields map[string]reflect.Value) {
 		fields[key] = v.Field(i)
 	}
 }
+
+// modelFlag is --model: it sets the model and drops a model_spec that
+// the configuration file held.
+type modelFlag struct {
+	model *string
+	spec  **model.Spec
+}
+
+func (f modelFlag) String() string {
+	if f.model == nil {
+		return ""
+	}
+	return *f.model
+}
+
+func (f modelFlag) Set(v string) error { *f.model, *f.spec = v, nil; return nil }
+
+// Type is the flag's type in docs/config.md.
+func (modelFlag) Type() string { return "string" }
 
 // runProgress shows a progress bar with the round, accuracy and ETA on a
 // terminal, a line per evaluation otherwise (logs), or nothing with quiet.
