@@ -26,6 +26,9 @@ type Dataset struct {
 	Y       []int32
 	Shape   []int
 	Classes int
+	// Names are the class names in label order, where the data name them
+	// (Read); nil: "0", "1", ... (ClassNames).
+	Names []string
 }
 
 // Len is the number of examples.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/fedpq/fedpq/corr"
 )
@@ -195,4 +197,37 @@ func logGamma(src *corr.Stream, a float64) float64 {
 			return math.Log(d * v)
 		}
 	}
+}
+
+// ParsePartition reads a partition of a dataset among clients: iid,
+// dirichlet:ALPHA or shards:K (alpha and K positive).
+func ParsePartition(s string) (kind string, arg float64, err error) {
+	kind, a, has := strings.Cut(s, ":")
+	switch {
+	case kind == "iid" && !has:
+		return kind, 0, nil
+	case (kind == "dirichlet" || kind == "shards") && has:
+		v, err := strconv.ParseFloat(a, 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 1) || kind == "shards" && v != math.Trunc(v) {
+			return "", 0, fmt.Errorf("data: partition %q: %q must be a positive number (an integer for shards)", s, a)
+		}
+		return kind, v, nil
+	}
+	return "", 0, fmt.Errorf("data: partition %q: want iid, dirichlet:ALPHA or shards:K", s)
+}
+
+// Partition splits examples with these labels among clients as spec says
+// (ParsePartition): IID, Dirichlet or Shards, from the seed.
+func Partition(spec string, labels []int32, classes, clients int, seed uint64) ([][]int, error) {
+	kind, arg, err := ParsePartition(spec)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case "iid":
+		return IID(len(labels), clients, seed)
+	case "dirichlet":
+		return Dirichlet(labels, classes, clients, arg, seed)
+	}
+	return Shards(labels, clients, int(arg), seed)
 }

@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +38,21 @@ type Config struct {
 	Rounds          int     `yaml:"rounds"`
 	EvalEvery       int     `yaml:"eval_every"`
 
-	Model       string  `yaml:"model"`
+	// Model is an architecture of the zoo, a spec file (.yaml) or the name
+	// of ModelSpec (ResolveModel).
+	Model string `yaml:"model"`
+	// ModelSpec is a network of one's own (docs/models.md#specs), written in
+	// the configuration or read from the spec file that Model names: the
+	// resolved config.yaml holds it, so that the run can be repeated, and a
+	// deployed client build the model, without the file.
+	ModelSpec *model.Spec `yaml:"model_spec,omitempty"`
+	// InitWeights is a .safetensors or .onnx file of the model's weights,
+	// as fedpq export writes them, that the run starts from instead of
+	// drawing them from the seed; InitWeightsSHA256 is its hash, recorded
+	// by the run (and checked, when given).
+	InitWeights       string `yaml:"init_weights,omitempty"`
+	InitWeightsSHA256 string `yaml:"init_weights_sha256,omitempty"`
+
 	Optimizer   string  `yaml:"optimizer"` // sgd or adam
 	LR          float64 `yaml:"lr"`
 	Momentum    float64 `yaml:"momentum"`
@@ -78,6 +90,11 @@ type Config struct {
 	Validation float64 `yaml:"validation"`
 
 	LedgerDelta float64 `yaml:"ledger_delta"` // delta of the privacy ledger's composed bounds
+
+	// Own data (data.go, docs/data.md): where the clients' and the
+	// server's data are when the run brings its own rather than a
+	// partition of Dataset, how to read them, and the weight rule.
+	OwnData `yaml:",inline"`
 
 	Seed    uint64 `yaml:"seed"`
 	Workers int    `yaml:"workers"` // 0: all cores
@@ -137,6 +154,10 @@ func (c Config) ResolvePartition() (Config, string) {
 	if c.Partition != AutoPartition && c.Partition != "" {
 		return c, ""
 	}
+	if c.Own() {
+		c.Partition = "natural"
+		return c, "partition: natural (each client brings its own data)"
+	}
 	if data.HasOwnClients(c.Dataset) {
 		c.Partition = "natural"
 		return c, fmt.Sprintf("partition: natural (%s has clients of its own)", c.Dataset)
@@ -188,8 +209,13 @@ func (c Config) Validate() error {
 	if _, err := c.optimizer(); err != nil {
 		return err
 	}
-	if err := data.CheckName(c.Dataset); err != nil {
+	if err := c.validateData(); err != nil {
 		return err
+	}
+	if !c.Own() {
+		if err := data.CheckName(c.Dataset); err != nil {
+			return err
+		}
 	}
 	resolved, _ := c.ResolvePartition()
 	if _, _, err := parsePartition(resolved.Partition); err != nil {
@@ -198,8 +224,11 @@ func (c Config) Validate() error {
 	if err := c.validateTrainer(); err != nil {
 		return err
 	}
-	if !slices.Contains(model.Names(), c.Model) && c.Model != External {
-		return fmt.Errorf("model %q: want one of %v, or %s (the model of an external trainer)", c.Model, model.Names(), External)
+	if _, err := c.ResolveModel(); err != nil {
+		return err
+	}
+	if err := c.checkInitWeights(); err != nil {
+		return err
 	}
 	if e := model.Engine(c.Engine); e != model.Native && e != model.GoMLX {
 		return fmt.Errorf("engine %q: want %s or %s", c.Engine, model.Native, model.GoMLX)
@@ -209,6 +238,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.Validation >= 0 && c.Validation < 1) {
 		return fmt.Errorf("validation %v must be in [0, 1)", c.Validation)
+	}
+	if c.Clients == 0 && c.Data != "" {
+		c.Clients = 1 // resolved from the data
 	}
 	if c.Clients < 1 || c.Rounds < 1 || c.Epochs < 1 || c.Batch < 1 || c.EvalEvery < 1 {
 		return fmt.Errorf("clients (%d), rounds (%d), epochs (%d), batch (%d) and eval_every (%d) must be at least 1",
@@ -273,7 +305,7 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting, GlobalLR: c.GlobalLR,
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
-		Shuffle: c.Shuffle,
+		Shuffle: c.Shuffle, MaxExamples: c.MaxExamples,
 	}, nil
 }
 
@@ -288,18 +320,17 @@ func (c Config) optimizer() (model.Optimizer, error) {
 	return model.Optimizer{Name: c.Optimizer, LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay}, nil
 }
 
-// parsePartition splits "kind:ARG".
+// parsePartition splits "kind:ARG": natural, or a partition of a shared
+// dataset (data.ParsePartition).
 func parsePartition(s string) (kind string, arg float64, err error) {
-	kind, a, has := strings.Cut(s, ":")
-	switch {
-	case (kind == "iid" || kind == "natural") && !has:
-		return kind, 0, nil
-	case (kind == "dirichlet" || kind == "shards") && has:
-		v, err := strconv.ParseFloat(a, 64)
-		if err != nil || !(v > 0) {
-			return "", 0, fmt.Errorf("partition %q: %q must be a positive number", s, a)
-		}
-		return kind, v, nil
+	if s == "natural" {
+		return s, 0, nil
 	}
-	return "", 0, fmt.Errorf("partition %q: want auto, iid, dirichlet:ALPHA, shards:K or natural", s)
+	if kind, _, _ := strings.Cut(s, ":"); kind == "dirichlet" || kind == "shards" {
+		return data.ParsePartition(s)
+	}
+	if kind, arg, err = data.ParsePartition(s); err != nil {
+		return "", 0, fmt.Errorf("partition %q: want auto, iid, dirichlet:ALPHA, shards:K or natural", s)
+	}
+	return kind, arg, nil
 }

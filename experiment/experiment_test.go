@@ -182,9 +182,11 @@ func TestEngines(t *testing.T) {
 }
 
 // TestExperimentFiles: every file in experiments/ loads without unknown
-// keys and validates, and names its run after itself.
+// keys and validates, and names its run after itself. It runs from the
+// repository's root, where paths in the files (a spec file) start.
 func TestExperimentFiles(t *testing.T) {
-	files, err := filepath.Glob("../experiments/*.yaml")
+	t.Chdir("..")
+	files, err := filepath.Glob("experiments/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no experiment files: %v", err)
 	}

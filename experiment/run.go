@@ -72,7 +72,14 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	task := fl.Task{Model: su.Arch(), Data: su.Data, Clients: su.Clients, Validation: su.Validation}
+	// A resumed run starts from its checkpoint: init_weights is not read.
+	start := su.Arch()
+	if !resume {
+		if start, err = su.Initial(); err != nil {
+			return nil, err
+		}
+	}
+	task := fl.Task{Model: start, Data: su.Data, Clients: su.Clients, Validation: su.Validation}
 	for range min(workers, len(su.Clients)) {
 		tr, err := su.Worker()
 		if err != nil {
@@ -87,6 +94,11 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	rec, err := NewRecorder(su.Config, eng, resume)
 	if err != nil {
 		return nil, err
+	}
+	if !resume {
+		if err := rec.StartedFrom(su, start, task.Trainers[0]); err != nil {
+			return nil, err
+		}
 	}
 	err = eng.Run(ctx, func(r report.Round) error {
 		if err := rec.Round(r); err != nil {
@@ -129,11 +141,23 @@ type Setup struct {
 }
 
 // NewSetup validates c, loads its data and partitions it. The setup's
-// Config has its partition resolved (ResolvePartition).
+// Config has its partition and model resolved (ResolvePartition,
+// ResolveModel) and, where the clients bring their own data, its paths,
+// schema, clients and max_examples (ResolveData, newOwnSetup).
 func NewSetup(c Config) (*Setup, error) {
 	c, _ = c.ResolvePartition()
+	c, _, err := c.ResolveData()
+	if err != nil {
+		return nil, err
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if c, err = c.ResolveModel(); err != nil {
+		return nil, err
+	}
+	if c.Own() {
+		return newOwnSetup(c)
 	}
 	ec, err := c.engineConfig()
 	if err != nil {
@@ -151,16 +175,13 @@ func NewSetup(c Config) (*Setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	su := &Setup{Config: c, Engine: ec, Data: fed, Clients: clients, Validation: val, Optimizer: opt}
-	if c.Model != External {
-		if su.Model, err = model.New(c.Model, fed.Train.Shape, fed.Train.Classes); err != nil {
-			return nil, err
-		}
+	m, err := c.newModel(fed.Train.Shape, fed.Train.Classes)
+	if err != nil {
+		return nil, err
 	}
-	if c.Trainer != "" {
-		if err := su.startTrainers(); err != nil {
-			return nil, err
-		}
+	su := &Setup{Config: c, Engine: ec, Data: fed, Clients: clients, Validation: val, Model: m, Optimizer: opt}
+	if err := su.startTrainers(); err != nil {
+		return nil, err
 	}
 	return su, nil
 }
@@ -212,7 +233,7 @@ func NewRecorder(c Config, eng *fl.Engine, resume bool) (*Recorder, error) {
 		return nil, err
 	}
 	rec := &Recorder{c: c, eng: eng, dir: dir, w: w, s: &report.Summary{
-		Name: c.Name, Mechanism: c.Mechanism, Dataset: c.Dataset, Model: c.Model,
+		Name: c.Name, Mechanism: c.Mechanism, Dataset: c.DatasetName(), Model: c.Model,
 		Seed: c.Seed, BestAccuracy: -1,
 	}}
 	for _, r := range past {
@@ -296,7 +317,7 @@ func restore(eng *fl.Engine, dir string) ([]report.Round, error) {
 // partition gives each client its examples, after holding out the
 // validation split (returned second) if there is one.
 func partition(c Config, fed *data.Federated) ([][]int, []int, error) {
-	kind, arg, err := parsePartition(c.Partition)
+	kind, _, err := parsePartition(c.Partition)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -321,15 +342,7 @@ func partition(c Config, fed *data.Federated) ([][]int, []int, error) {
 	for i, k := range keep {
 		labels[i] = train.Y[k]
 	}
-	var parts [][]int
-	switch kind {
-	case "iid":
-		parts, err = data.IID(len(keep), c.Clients, c.Seed)
-	case "dirichlet":
-		parts, err = data.Dirichlet(labels, train.Classes, c.Clients, arg, c.Seed)
-	default: // shards
-		parts, err = data.Shards(labels, c.Clients, int(arg), c.Seed)
-	}
+	parts, err := data.Partition(c.Partition, labels, train.Classes, c.Clients, c.Seed)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -243,7 +243,8 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 }
 
 // Enroll records that client k, which holds its own data (a server's
-// client), trains on the given number of examples.
+// client), trains on the given number of examples: its weight is
+// Weight(examples).
 func (e *Engine) Enroll(k, examples int) error {
 	if k < 0 || k >= len(e.examples) {
 		return fmt.Errorf("fl: client %d: the run has clients 0 to %d", k, len(e.examples)-1)
@@ -251,7 +252,7 @@ func (e *Engine) Enroll(k, examples int) error {
 	if examples < 1 {
 		return fmt.Errorf("fl: client %d has no examples", k)
 	}
-	e.examples[k] = examples
+	e.examples[k] = e.cfg.weight(examples)
 	return nil
 }
 

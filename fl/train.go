@@ -40,7 +40,10 @@ type Config struct {
 	// Weighting is "examples" (FedAvg: each client weighs its number of
 	// examples) or "mean" (every update counts the same).
 	Weighting string
-	GlobalLR  float64 // lambda: global = (1-lambda) global + lambda estimate (weights); global += lambda estimate (updates)
+	// MaxExamples caps a client's FedAvg weight: a client with more
+	// examples, or claiming more, is weighed as MaxExamples (0: no cap).
+	MaxExamples int
+	GlobalLR    float64 // lambda: global = (1-lambda) global + lambda estimate (weights); global += lambda estimate (updates)
 	// Patience reloads the best global model seen after this many
 	// evaluations without a better accuracy (CorBin-FL); 0 never reloads.
 	Patience  int
@@ -117,9 +120,24 @@ func (c *Config) validate(clients int) error {
 		return fmt.Errorf("fl: eval-every %d must be at least 1", c.EvalEvery)
 	case c.Epochs < 1 || c.Batch < 1:
 		return fmt.Errorf("fl: epochs (%d) and batch (%d) must be at least 1", c.Epochs, c.Batch)
+	case c.MaxExamples < 0:
+		return fmt.Errorf("fl: max examples %d must not be negative", c.MaxExamples)
 	}
 	return c.Range.validate()
 }
+
+// weight is the FedAvg weight of a client with n examples: n, capped at
+// MaxExamples.
+func (c *Config) weight(n int) int {
+	if c.MaxExamples > 0 {
+		return min(n, c.MaxExamples)
+	}
+	return n
+}
+
+// Weight is the FedAvg weight the engine gives a client that trains on n
+// examples: n, or MaxExamples if that is smaller.
+func (e *Engine) Weight(n int) int { return e.cfg.weight(n) }
 
 // Engine runs federated training. Its state (the global model, the best
 // model and the privacy each client has spent) is all it keeps between
@@ -170,7 +188,7 @@ func New(cfg Config, task Task) (*Engine, error) {
 		if len(idx) == 0 {
 			return nil, fmt.Errorf("fl: client %d has no examples", k)
 		}
-		examples[k] = len(idx)
+		examples[k] = cfg.weight(len(idx))
 	}
 	m, err := mech.New(cfg.Mechanism, cfg.Mech)
 	if err != nil {
@@ -390,7 +408,7 @@ func (e *Engine) dropouts(t, n int) []bool {
 // model and encodes its weights or update, tensor by tensor.
 func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) upload {
 	k := p.Clients[pos]
-	u := upload{pos: pos, Upload: Upload{Examples: len(e.task.Clients[k])}}
+	u := upload{pos: pos, Upload: Upload{Examples: e.examples[k]}}
 	train := e.task.Data.Train
 	local, loss, err := tr.Train(ctx, p.Global, train.X, train.Y, e.task.Clients[k],
 		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k), Client: k, Round: p.T})

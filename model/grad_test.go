@@ -200,18 +200,9 @@ func checkGradients(t *testing.T, m *Model, batch int) {
 	}
 }
 
-// withArch registers a test-only architecture for the rest of the test.
+// withArch registers a test-only architecture for the rest of the test,
+// given as archs used to list them (without the logits layer).
 func withArch(t *testing.T, name string, layers []layer) {
-	a := archs["mlp"]
-	a.layers, a.doc = layers, "test only"
-	archs[name] = a
-	t.Cleanup(func() { delete(archs, name) })
-}
-
-func product(d []int) int {
-	n := 1
-	for _, v := range d {
-		n *= v
-	}
-	return n
+	zoo[name] = specOf(name, "test only", layers)
+	t.Cleanup(func() { delete(zoo, name) })
 }

@@ -17,7 +17,9 @@
 package model
 
 import (
+	"embed"
 	"fmt"
+	"io/fs"
 	"math"
 	"slices"
 
@@ -54,6 +56,7 @@ const (
 )
 
 // layer describes one step; out is the units or channels of dense and conv.
+// A Spec compiles to layers (Spec.compile): what the engines run.
 type layer struct {
 	kind    layerKind
 	out     int
@@ -62,55 +65,44 @@ type layer struct {
 	stride  int     // conv stride; 0 is 1
 	sigmoid bool    // conv or hidden dense: sigmoid instead of ReLU (twice differentiable, as the attack papers' LeNet); no pooling or dropout after it
 	p       float64 // dropout probability
+	at      int     // the layer's position in its Spec (its conv or dense entry), which names its exported tensors
 }
 
-// archs lists each architecture's layers, without the final dense layer to
-// the classes, which every architecture has.
-var archs = map[string]struct {
-	layers []layer
-	image  bool // needs an [H W C] input
-	doc    string
-}{
-	"linear": {doc: "logistic regression (softmax over a linear map of the flattened input)"},
-	"mlp": {layers: []layer{{kind: dense, out: 32}, {kind: dense, out: 16}},
-		doc: "JoPEQ's MLP: hidden layers 32 and 16, ReLU"},
-	"mlp-wide": {layers: []layer{{kind: dense, out: 128}, {kind: dense, out: 64}},
-		doc: "MLP with hidden layers 128 and 64, ReLU"},
-	"cnn2": {image: true, layers: []layer{
-		{kind: conv, out: 6, k: 5}, {kind: maxPool},
-		{kind: conv, out: 6, k: 5}, {kind: maxPool},
-		{kind: dense, out: 50}},
-		doc: "JoPEQ's CNN: conv5x5x6, maxpool2, conv5x5x6, maxpool2, fc50, fc"},
-	"corbin-cnn": {image: true, layers: []layer{
-		{kind: conv, out: 32, k: 3}, {kind: maxPool},
-		{kind: conv, out: 64, k: 3}, {kind: maxPool},
-		{kind: dense, out: 128}, {kind: dropout, p: 0.5}},
-		doc: "CorBin-FL's MNIST CNN: conv3x3x32, maxpool2, conv3x3x64, maxpool2, fc128, dropout 0.5, fc"},
-	"ldpfl-cnn": {image: true, layers: []layer{
-		{kind: conv, out: 32, k: 5}, {kind: maxPool},
-		{kind: conv, out: 64, k: 5}, {kind: maxPool},
-		{kind: dense, out: 512}},
-		doc: "LDP-FL's two-layer CNN: conv5x5x32, maxpool2, conv5x5x64, maxpool2, fc512, fc"},
-	"vgg-small": {image: true, layers: []layer{
-		{kind: conv, out: 32, k: 3, same: true}, {kind: conv, out: 32, k: 3, same: true}, {kind: maxPool},
-		{kind: conv, out: 64, k: 3, same: true}, {kind: conv, out: 64, k: 3, same: true}, {kind: maxPool},
-		{kind: conv, out: 128, k: 3, same: true}, {kind: conv, out: 128, k: 3, same: true}, {kind: maxPool},
-		{kind: dense, out: 128}, {kind: dropout, p: 0.5}},
-		doc: "a small VGG for 32x32x3: 2x conv3x3x32, pool, 2x conv3x3x64, pool, 2x conv3x3x128, pool, fc128, dropout 0.5, fc"},
-	// DLG's LeNet (Zhu et al. 2019, mit-han-lab/dlg models/vision.py), which
-	// iDLG also attacks: strided convolutions instead of pooling and sigmoid
-	// activations, so that the gradient is twice differentiable everywhere.
-	"lenet": {image: true, layers: []layer{
-		{kind: conv, out: 12, k: 5, same: true, stride: 2, sigmoid: true},
-		{kind: conv, out: 12, k: 5, same: true, stride: 2, sigmoid: true},
-		{kind: conv, out: 12, k: 5, same: true, stride: 1, sigmoid: true}},
-		doc: "DLG's LeNet: conv5x5x12 stride 2, conv5x5x12 stride 2, conv5x5x12, all padding 2 and sigmoid, fc"},
+// zoo holds the built-in architectures, each a spec in model/zoo (embedded
+// in the binary), by name. It is filled by init, after the variables that
+// ParseSpec reads (through yaml's Unmarshaler, which Go's initialization
+// order does not see).
+var zoo map[string]Spec
+
+func init() { zoo = loadZoo() }
+
+//go:embed zoo/*.yaml
+var zooFiles embed.FS
+
+func loadZoo() map[string]Spec {
+	files, err := fs.Glob(zooFiles, "zoo/*.yaml")
+	if err != nil {
+		panic(err)
+	}
+	z := map[string]Spec{}
+	for _, f := range files {
+		b, err := zooFiles.ReadFile(f)
+		if err != nil {
+			panic(err)
+		}
+		s, err := ParseSpec(b)
+		if err != nil {
+			panic(fmt.Sprintf("model: built-in %s: %v", f, err)) // TestZoo parses them all
+		}
+		z[s.Name] = s
+	}
+	return z
 }
 
-// Names lists the architectures New accepts, sorted.
+// Names lists the architectures New accepts (the zoo), sorted.
 func Names() []string {
-	names := make([]string, 0, len(archs))
-	for n := range archs {
+	names := make([]string, 0, len(zoo))
+	for n := range zoo {
 		names = append(names, n)
 	}
 	slices.Sort(names)
@@ -119,7 +111,14 @@ func Names() []string {
 
 // Describe returns a one-line description of an architecture, or "" for an
 // unknown name.
-func Describe(arch string) string { return archs[arch].doc }
+func Describe(arch string) string { return zoo[arch].Description }
+
+// ZooSpec returns the spec of a built-in architecture.
+func ZooSpec(arch string) (Spec, bool) {
+	s, ok := zoo[arch]
+	s.Layers = slices.Clone(s.Layers)
+	return s, ok
+}
 
 // step is one resolved layer: its kind, its parameter tensors (indices into
 // Model.specs, -1 when none) and the activation shape it produces.
@@ -137,44 +136,47 @@ type step struct {
 // Tensors. A Model is immutable and safe for concurrent use.
 type Model struct {
 	arch    string
+	spec    Spec
+	shapes  [][]int // each spec layer's output shape
 	input   []int
 	classes int
 	specs   []TensorSpec
 	steps   []step
 }
 
-// New resolves architecture arch for inputs of shape input (e.g. [28 28 1]
-// for MNIST, images HWC, or [60] for feature vectors) and classes outputs.
-// The dense architectures flatten any input; the CNNs need [H W C] inputs
-// large enough for their convolutions and poolings.
+// New resolves architecture arch of the zoo (Names) for inputs of shape
+// input (e.g. [28 28 1] for MNIST, images HWC, or [60] for feature
+// vectors) and classes outputs. The dense architectures flatten any input;
+// the CNNs need [H W C] inputs large enough for their convolutions and
+// poolings. FromSpec builds a network of one's own.
 func New(arch string, input []int, classes int) (*Model, error) {
-	a, ok := archs[arch]
+	s, ok := zoo[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: unknown architecture %q (have %v)", arch, Names())
+		return nil, &SpecError{fmt.Sprintf("model: unknown architecture %q (have %v, or a spec file: docs/models.md#specs)", arch, Names())}
 	}
-	if classes < 2 {
-		return nil, fmt.Errorf("model: %d classes, need at least 2", classes)
-	}
-	if len(input) == 0 {
-		return nil, fmt.Errorf("model: empty input shape")
-	}
-	for _, d := range input {
-		if d <= 0 {
-			return nil, fmt.Errorf("model: input shape %v has a non-positive dimension", input)
-		}
-	}
-	if a.image && len(input) != 3 {
-		return nil, fmt.Errorf("model: %s needs an [H W C] input, got %v", arch, input)
+	return FromSpec(s, input, classes)
+}
+
+// assemble resolves layers (without the logits layer, which it adds) for
+// the input shape and classes: each step's activation shape and
+// parameter tensors. Spec.compile has checked the layers; the checks here
+// guard the engines' assumptions all the same.
+func assemble(arch string, layers []layer, input []int, classes int) (*Model, error) {
+	if err := checkIO(arch, input, classes); err != nil {
+		return nil, err
 	}
 	m := &Model{arch: arch, input: slices.Clone(input), classes: classes}
 	cur := slices.Clone(input)
-	layers := append(slices.Clone(a.layers), layer{kind: dense, out: classes})
+	layers = append(slices.Clone(layers), layer{kind: dense, out: classes})
 	nconv, ndense := 0, 0
 	for i, l := range layers {
 		s := step{layer: l, w: -1, b: -1, in: cur, last: i == len(layers)-1}
 		switch l.kind {
 		case conv:
 			nconv++
+			if len(cur) != 3 {
+				return nil, fmt.Errorf("model: %s needs an [H W C] input, got %v", arch, input)
+			}
 			h, w, c := cur[0], cur[1], cur[2]
 			if l.same {
 				h, w = h+l.k/2*2, w+l.k/2*2

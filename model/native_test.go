@@ -106,6 +106,7 @@ const engineTol = 1e-4
 // the dropout of corbin-cnn and vgg-small), and compares the losses, the
 // weights and the evaluations.
 func TestEnginesAgree(t *testing.T) {
+	withSpecCombos(t)
 	for _, arch := range Names() {
 		m, err := New(arch, smallInputs[arch], 5)
 		if err != nil {
@@ -427,17 +428,23 @@ func refPool(act []float64, c, h, w int) ([]float64, int, int) {
 // misrouted or missing gradient is of the order of the gradient itself.
 func TestNativeGradients(t *testing.T) {
 	withArch(t, "sigmoid-mlp", []layer{{kind: dense, out: 8, sigmoid: true}, {kind: dense, out: 6}})
-	for _, c := range []struct {
+	withSpecCombos(t)
+	type arch struct {
 		arch  string
 		input []int
-	}{
+	}
+	var combos []arch
+	for _, c := range specCombos {
+		combos = append(combos, arch{c.name, c.input})
+	}
+	for _, c := range append([]arch{
 		{"vgg-small", []int{10, 10, 2}},
 		{"corbin-cnn", []int{13, 13, 2}},
 		{"cnn2", []int{26, 26, 2}},
 		{"mlp", []int{7}},
 		{"lenet", []int{11, 10, 2}},
 		{"sigmoid-mlp", []int{7}},
-	} {
+	}, combos...) {
 		t.Run(c.arch, func(t *testing.T) {
 			m, err := New(c.arch, c.input, 4)
 			if err != nil {

@@ -88,6 +88,9 @@ type Summary struct {
 	ClientRounds []int           `json:"client_rounds,omitempty"`
 	Seconds      float64         `json:"seconds"`
 	Seed         uint64          `json:"seed"`
+	// Initial is the model the run started from, where it came from a
+	// file (init_weights): absent when the seed drew it, and after a resume.
+	Initial *Initial `json:"initial,omitempty"`
 	// Error says why the run stopped before its last round; empty when it
 	// ran to the end. Its checkpoint lets it resume (fedpq run --resume).
 	Error string `json:"error,omitempty"`
@@ -112,6 +115,15 @@ type TrainerCost struct {
 	BytesRead    int64   `json:"bytes_received"`
 	ExamplesSent int64   `json:"examples_sent"`
 	DataSeconds  float64 `json:"data_seconds"` // of Seconds, sending examples (once per process and example)
+}
+
+// Initial is a run's initial model read from a file: the file, its sha256,
+// and its accuracy and mean loss on the test set before the first round.
+type Initial struct {
+	File     string  `json:"file"`
+	SHA256   string  `json:"sha256"`
+	Accuracy float64 `json:"accuracy"`
+	Loss     float64 `json:"loss"`
 }
 
 // Writer records a run as it happens. Each round goes to metrics.jsonl in a

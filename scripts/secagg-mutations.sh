@@ -63,8 +63,11 @@ check "consent without the connectivity check"
 apply secagg/client.go 'if n < cl.threshold {' 'if false {'
 check "unmask with fewer than t consents"
 
-apply secagg/client.go 'if err != nil || !grp.NewElement().MulGen(v).IsEqual(want) {' 'if err != nil || want == nil {'
+apply secagg/client.go 'if msm(points, weights).IsEqual(grp.NewElement().MulGen(sum)) {' 'if true {'
 check "a holder does not check its shares"
+
+apply secagg/client.go '			if !grp.NewElement().MulGen(o.shares[k]).IsEqual(o.values[k]) {' '			if false {'
+check "a holder does not find which shares are wrong"
 
 apply secagg/server.go '	if !ok {
 		return fmt.Errorf("secagg: client %d'"'"'s commitments are not of polynomials' '	if !ok && false {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"math/big"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -266,13 +267,21 @@ func msm(points []group.Element, scalars []group.Scalar) group.Element {
 		}
 		return d
 	}
+	nbits := 0 // the longest scalar's bits: windows above it are empty
+	for _, b := range digits {
+		for k := len(b) - 1; k >= 0; k-- {
+			if b[k] != 0 {
+				nbits = max(nbits, 8*k+bits.Len8(b[k]))
+				break
+			}
+		}
+	}
 	buckets := make([]group.Element, 1<<c)
 	for d := range buckets {
 		buckets[d] = grp.Identity()
 	}
 	result, running, sum := grp.Identity(), grp.NewElement(), grp.NewElement()
-	const nbits = 8 * scalarBytes
-	for at := (nbits - 1) / c * c; at >= 0; at -= c {
+	for at := max(nbits-1, 0) / c * c; at >= 0; at -= c {
 		for range c {
 			result.Dbl(result)
 		}

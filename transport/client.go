@@ -10,6 +10,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,11 +31,15 @@ import (
 // ClientConfig is how a client takes part in a server's run.
 type ClientConfig struct {
 	Server  string // host:port
-	ID      int    // the client's partition K of N
-	Clients int    // N
-	DataDir string // where the client's copy of the dataset is
-	Key     ed25519.PrivateKey
-	Token   string
+	ID      int    // the client's id K: its partition K of N, or its roster id
+	Clients int    // N; 0 with Data: as the server says
+	DataDir string // where the client's copy of a shared dataset is
+	// Data, if not empty, is the client's own dataset, for a run whose
+	// clients bring their own (DataFormat, if set, names its format).
+	Data       string
+	DataFormat string
+	Key        ed25519.PrivateKey
+	Token      string
 	// Roster, if not nil, is where the client looks up its partners'
 	// identities; without it, it takes them from the server.
 	Roster Roster
@@ -78,12 +83,18 @@ type Client struct {
 	policy ClientPolicy
 	state  *clientState
 	beacon [32]byte // the run's beacon commitment, secure runs
+	// last is the client's last plain upload, of run lastRun: what it
+	// sends again if a restarted server asks for that round again.
+	last    *pb.Upload
+	lastRun []byte
 }
 
 // NewClient checks cfg.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	switch {
-	case cfg.Clients < 1 || cfg.ID < 0 || cfg.ID >= cfg.Clients:
+	case cfg.Data != "" && (cfg.ID < 0 || cfg.Clients < 0 || cfg.Clients > 0 && cfg.ID >= cfg.Clients):
+		return nil, fmt.Errorf("client %d of %d: want 0 <= K < N", cfg.ID, cfg.Clients)
+	case cfg.Data == "" && (cfg.Clients < 1 || cfg.ID < 0 || cfg.ID >= cfg.Clients):
 		return nil, fmt.Errorf("partition %d/%d: want K/N with 0 <= K < N", cfg.ID, cfg.Clients)
 	case cfg.Key == nil:
 		return nil, errors.New("a client needs an identity key")
@@ -209,7 +220,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	err = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Join{Join: &pb.Join{
 		Client: id, Clients: uint32(c.cfg.Clients), Identity: c.cfg.Key.Public().(ed25519.PublicKey),
 		Signature: ed25519.Sign(c.cfg.Key, joinSigned(hello.GetRunId(), hello.GetChallenge(), id)),
-		Token:     c.cfg.Token, Examples: uint64(len(c.su.Clients[c.cfg.ID])),
+		Token:     c.cfg.Token, Examples: uint64(len(c.su.Clients[0])),
 	}}})
 	if err != nil {
 		return nil, false, err
@@ -273,9 +284,10 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 }
 
 // prepare builds the client's side of the run from the server's
-// configuration: the data (its own partition of its own copy), the model
-// and the mechanism. A server that comes back with another configuration
-// is refused.
+// configuration: the data (its own dataset, read into the run's schema,
+// or its partition of its copy of a shared dataset), the model and the
+// mechanism. Only the client's own examples are kept. A server that comes
+// back with another configuration is refused.
 func (c *Client) prepare(y string) error {
 	if c.su != nil {
 		if y != c.yaml {
@@ -287,8 +299,8 @@ func (c *Client) prepare(y string) error {
 	if err := experiment.Parse([]byte(y), &cfg); err != nil {
 		return &setupError{fmt.Errorf("the server's configuration: %w", err)}
 	}
-	if cfg.Clients != c.cfg.Clients {
-		return &setupError{fmt.Errorf("partition %d/%d, but the run has %d clients", c.cfg.ID, c.cfg.Clients, cfg.Clients)}
+	if cfg.Clients != c.cfg.Clients && (c.cfg.Data == "" || c.cfg.Clients != 0) {
+		return &setupError{fmt.Errorf("client %d of %d, but the run has %d clients", c.cfg.ID, c.cfg.Clients, cfg.Clients)}
 	}
 	if c.policy.RequireSecure && !cfg.SecureAggregation {
 		return &setupError{errors.New("the run does not use secure aggregation, which this client requires")}
@@ -297,10 +309,16 @@ func (c *Client) prepare(y string) error {
 	if err := c.ownTrainer(&cfg); err != nil {
 		return &setupError{err}
 	}
-	su, err := experiment.NewSetup(cfg)
+	if c.cfg.DataFormat != "" {
+		cfg.DataFormat = c.cfg.DataFormat
+	}
+	su, err := experiment.NewClientSetup(cfg, c.cfg.ID, c.cfg.Data)
 	if err != nil {
 		return &setupError{err}
 	}
+	// A partition leaves the rest of the dataset it was cut from as
+	// garbage: give it back now, not at the scavenger's pace.
+	debug.FreeOSMemory()
 	m, err := mech.New(su.Engine.Mechanism, su.Engine.Mech)
 	if err != nil {
 		su.Close()
@@ -313,12 +331,16 @@ func (c *Client) prepare(y string) error {
 	}
 	c.yaml, c.su, c.m, c.tr, c.specs = y, su, m, tr, su.Arch().Tensors()
 	c.params = numParams(c.specs)
+	c.cfg.Clients = cfg.Clients
+	from := fmt.Sprintf("%s, partition %d/%d", cfg.Dataset, c.cfg.ID, c.cfg.Clients)
+	if c.cfg.Data != "" {
+		from = fmt.Sprintf("client %d of %d, its own data %s", c.cfg.ID, c.cfg.Clients, c.cfg.Data)
+	}
 	trainer := "fedpq's engine"
 	if su.Pool != nil {
 		trainer = fmt.Sprintf("trainer %q (%s, %d tensors)", cfg.Trainer, su.Pool.Name(), len(c.specs))
 	}
-	c.log.Printf("%s, partition %d/%d: %d examples; model %s trained by %s, mechanism %s",
-		cfg.Dataset, c.cfg.ID, c.cfg.Clients, len(su.Clients[c.cfg.ID]), cfg.Model, trainer, cfg.Mechanism)
+	c.log.Printf("%s: %d examples; model %s trained by %s, mechanism %s", from, len(su.Clients[0]), cfg.Model, trainer, cfg.Mechanism)
 	return nil
 }
 
@@ -335,6 +357,15 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	t := rs.GetRound()
 	switch {
 	case c.state.answered(runID, t):
+		// A server that restarted asks again for the round it lost. A
+		// plain round gets the very message it had (nothing new leaves);
+		// a secure one, or one whose message this process no longer has,
+		// is declined: a second masked input over another set of clients
+		// would give its message away.
+		if u := c.last; u != nil && rs.GetSecagg() == nil && string(c.lastRun) == string(runID) && u.GetRound() == t {
+			c.log.Printf("round %d: asked again (the server restarted); sending the same upload", t)
+			return nil, stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: u}})
+		}
 		return nil, c.decline(stream, t, fmt.Errorf("round %d of this run was answered before", t))
 	case c.su.Config.SecureAggregation && rs.GetSecagg() == nil:
 		return nil, c.decline(stream, t, fmt.Errorf("the run has secure aggregation, but round %d does not", t))
@@ -423,9 +454,8 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	if err := c.state.answer(runID, t); err != nil {
 		return next, &setupError{err}
 	}
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{
-		Round: t, Payloads: payloads, Loss: loss,
-	}}}); err != nil {
+	c.last, c.lastRun = &pb.Upload{Round: t, Payloads: payloads, Loss: loss}, runID
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: c.last}}); err != nil {
 		return nil, err
 	}
 	c.log.Printf("round %d: trained in %v (loss %.4f), uploaded %d bytes as %s", t, trained.Round(time.Millisecond), loss, size, role(slot))
@@ -441,7 +471,7 @@ func (c *Client) train(ctx context.Context, t uint32, global [][]float32, deadli
 		defer cancel()
 	}
 	train := c.su.Data.Train
-	return c.tr.Train(ctx, global, train.X, train.Y, c.su.Clients[c.cfg.ID], model.TrainConfig{
+	return c.tr.Train(ctx, global, train.X, train.Y, c.su.Clients[0], model.TrainConfig{
 		Epochs: c.su.Engine.Epochs, Batch: c.su.Engine.Batch, Seed: corr.Derive(c.secret, "local", uint64(t)).Uint64(),
 		Client: c.cfg.ID, Round: int(t),
 	})

@@ -566,3 +566,85 @@ func TestClientPolicy(t *testing.T) {
 		t.Errorf("a plain run for a client that requires secure aggregation: %v", err)
 	}
 }
+
+// repeater is a server that sends the same RoundStart twice in one session,
+// as a server that restarted in the round does, and records the uploads.
+type repeater struct {
+	pb.UnimplementedFederationServer
+	hello   *pb.Hello
+	start   *pb.RoundStart
+	uploads chan *pb.ClientMessage
+}
+
+func (s *repeater) Session(stream pb.Federation_SessionServer) error {
+	stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_Hello{Hello: s.hello}})
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_Welcome{Welcome: &pb.Welcome{}}})
+	for range 2 {
+		stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_RoundStart{RoundStart: s.start}})
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				return err
+			}
+			if m.GetUpload() != nil || m.GetDecline() != nil {
+				s.uploads <- m
+				break
+			}
+		}
+	}
+	return stream.Send(&pb.ServerMessage{Body: &pb.ServerMessage_Finished{Finished: &pb.Finished{Rounds: 1}}})
+}
+
+// TestAskedAgain: a plain round asked for again gets the very same upload
+// (nothing new leaves the client); after the client restarts, which loses
+// it, the round is declined.
+func TestAskedAgain(t *testing.T) {
+	c := runConfig(t, "ldpq", 2, 1)
+	srv, err := NewServer(ServerConfig{Run: c, Token: token, RoundTimeout: time.Minute, Log: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 2 {
+		srv.eng.Enroll(k, 10)
+	}
+	plan, err := srv.eng.Begin(1, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &repeater{
+		hello:   &pb.Hello{RunId: srv.runID, Challenge: make([]byte, 32), ConfigYaml: string(srv.yaml)},
+		start:   &pb.RoundStart{Round: 1, Global: encodeTensors(plan.Global), Ranges: encodeRanges(plan.Ranges), Partner: -1, TimeLeftMilli: 60000},
+		uploads: make(chan *pb.ClientMessage, 4),
+	}
+	gs := grpc.NewServer()
+	pb.RegisterFederationServer(gs, s)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	defer gs.Stop()
+	state := filepath.Join(t.TempDir(), "client.state")
+	run := func(secret string) {
+		cl, err := NewClient(ClientConfig{Server: lis.Addr().String(), ID: 0, Clients: 2, Key: NewKey(), Token: token,
+			Creds: insecure.NewCredentials(), RetryFor: time.Second, State: state, Secret: []byte(secret), Log: log.New(io.Discard, "", 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("first process")
+	first, again := <-s.uploads, <-s.uploads
+	if first.GetUpload() == nil || !proto.Equal(first, again) {
+		t.Errorf("asked again in one process: %v, then %v; want the same upload", first, again)
+	}
+	run("after a restart")
+	if m := <-s.uploads; !strings.Contains(m.GetDecline().GetReason(), "answered before") {
+		t.Errorf("asked again after a restart: %v; want a decline", m)
+	}
+}

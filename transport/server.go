@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -247,7 +248,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	if cfg.Log == nil {
 		cfg.Log = log.New(os.Stderr, "fedpq server: ", log.LstdFlags)
 	}
-	su, err := experiment.NewSetup(c)
+	su, err := experiment.NewServerSetup(c)
 	if err != nil {
 		return nil, err
 	}
@@ -256,12 +257,21 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 			su.Close() // its external trainer, if it has one
 		}
 	}()
+	// A partitioned run's training set was read to partition it, and is
+	// garbage now: give it back rather than at the scavenger's pace.
+	debug.FreeOSMemory()
 	tr, err := su.Worker()
 	if err != nil {
 		return nil, err
 	}
-	// The configuration as run, its partition resolved: what config.yaml
-	// records, the clients are sent, and the run id hashes.
+	// init_weights, read here only (with its sha256 recorded in the
+	// configuration): the clients get the global model every round.
+	start, err := su.Initial()
+	if err != nil {
+		return nil, err
+	}
+	// The configuration as run, its partition and model resolved: what
+	// config.yaml records, the clients are sent, and the run id hashes.
 	c = su.Config
 	y, err := c.YAML()
 	if err != nil {
@@ -290,7 +300,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	}
 	id := sha256.Sum256(y)
 	eng, err := fl.New(su.Engine, fl.Task{
-		Model: su.Arch(), Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
+		Model: start, Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
 		Secret: secret, RunID: id[:16],
 	})
 	if err != nil {
@@ -299,6 +309,11 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	rec, err := experiment.NewRecorder(c, eng, resume)
 	if err != nil {
 		return nil, err
+	}
+	if !resume {
+		if err := rec.StartedFrom(su, start, tr); err != nil {
+			return nil, err
+		}
 	}
 	s := &Server{
 		cfg: cfg, su: su, eng: eng, rec: rec, runID: id[:16], yaml: y, log: cfg.Log,
@@ -372,7 +387,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()
 	s.log.Printf("listening on %s: run %x, %s with %s, %d rounds, %d clients (waiting for %d)",
-		lis.Addr(), s.runID, s.cfg.Run.Dataset, s.cfg.Run.Mechanism, s.cfg.Run.Rounds, s.cfg.Run.Clients, s.cfg.MinClients)
+		lis.Addr(), s.runID, s.su.Config.DatasetName(), s.cfg.Run.Mechanism, s.cfg.Run.Rounds, s.cfg.Run.Clients, s.cfg.MinClients)
 
 	err := s.run(ctx)
 	if errors.Is(err, context.Canceled) {
@@ -879,10 +894,8 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 			return nil, status.Errorf(codes.PermissionDenied, "client %d: identity not on the roster", id)
 		}
 	}
-	// FedAvg weighs a client by the examples it claims; the server caps
-	// the claim at the partition it would give that client, so that no
-	// client outweighs an honest one.
-	examples := min(int(j.GetExamples()), len(s.su.Clients[id]))
+	claim := int(j.GetExamples())
+	examples := s.weight(id, claim)
 	sctx, cancel := context.WithCancel(ctx)
 	sess := &session{
 		id: id, identity: j.GetIdentity(), examples: examples,
@@ -916,8 +929,32 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 	if s.finished != nil {
 		sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Finished{Finished: s.finished}})
 	}
-	s.log.Printf("client %d joined from %s (%d examples); %d connected", id, addr, sess.examples, len(s.sessions))
+	weighed := ""
+	if examples != claim {
+		weighed = fmt.Sprintf(", weighed as %d: %s", examples, s.weightRule(id))
+	}
+	s.log.Printf("client %d joined from %s (%d examples%s); %d connected", id, addr, claim, weighed, len(s.sessions))
 	return sess, nil
+}
+
+// weight is FedAvg's weight of client id, which claims to train on claim
+// examples: the claim, capped by the run's max_examples and, where the run
+// partitions a shared dataset, by the partition the server computes for
+// id; so that no client outweighs what the deployment states.
+func (s *Server) weight(id uint32, claim int) int {
+	if s.su.Clients != nil {
+		claim = min(claim, len(s.su.Clients[id]))
+	}
+	return s.eng.Weight(claim)
+}
+
+// weightRule says which cap weight applied to client id.
+func (s *Server) weightRule(id uint32) string {
+	most := s.su.Config.MaxExamples
+	if s.su.Clients != nil && (most == 0 || len(s.su.Clients[id]) < most) {
+		return fmt.Sprintf("its partition of %s", s.su.Config.Dataset)
+	}
+	return "max_examples"
 }
 
 // leave unregisters a session that ended.

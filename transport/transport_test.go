@@ -271,11 +271,14 @@ func dial(t *testing.T, addr string) *raw {
 	return &raw{stream: stream, hello: m.GetHello(), key: NewKey()}
 }
 
-func (r *raw) join(id, clients uint32, tok string) error {
+func (r *raw) join(id, clients uint32, tok string) error { return r.joinClaiming(id, clients, tok, 10) }
+
+// joinClaiming joins claiming to train on the given number of examples.
+func (r *raw) joinClaiming(id, clients uint32, tok string, examples uint64) error {
 	err := r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Join{Join: &pb.Join{
 		Client: id, Clients: clients, Identity: r.key.Public().(ed25519.PublicKey),
 		Signature: ed25519.Sign(r.key, joinSigned(r.hello.GetRunId(), r.hello.GetChallenge(), id)),
-		Token:     tok, Examples: 10,
+		Token:     tok, Examples: examples,
 	}}})
 	if err != nil {
 		return err

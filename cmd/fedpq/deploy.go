@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/transport"
 )
@@ -53,8 +54,12 @@ round's deadline, aggregates them, evaluates, checkpoints, and writes the same
 metrics.jsonl and summary.json as fedpq run.
 
 The run's settings are those of fedpq run: a YAML file (--config) and flags.
-The server needs the dataset's test set (--data-dir); each client holds its
-own partition. Clients must present the join token (--token, or $FEDPQ_TOKEN)
+Where the run partitions a shared dataset, the server needs the dataset's
+test set (--data-dir) and each client holds its own partition. Where the
+clients bring their own data (--test-data), the server reads only the
+evaluation set (and --validation-data), fixes the schema every client's data
+must fit (classes, shape, a CSV's columns) and sends it to the clients in the
+run's configuration; it never reads a client's data (docs/data.md). Clients must present the join token (--token, or $FEDPQ_TOKEN)
 or be on the roster (--roster, lines made by fedpq keygen). If the run
 directory holds a checkpoint of the same configuration, the server resumes
 after its round; the clients reconnect by themselves.
@@ -141,9 +146,11 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 const clientDescription = `Takes part in a fedpq server's run. The client connects, learns the run's
-settings from the server, loads its own partition K of N of the dataset from
---data-dir (the same partition fedpq run would give client K), and then, each
-round it is chosen: trains from the global model, pairs up with its partner
+settings from the server, and loads its data: its own dataset (--data PATH,
+read into the run's schema, which the server sends), or, where the run
+partitions a shared dataset, its partition K of N of its copy in --data-dir
+(the same partition fedpq run would give client K). Only its own examples stay
+in memory. Then, each round it is chosen: trains from the global model, pairs up with its partner
 (a signed X25519 key share relayed by the server), encodes its update with
 the round's mechanism and uploads it. Its privacy coins and keys come from
 its own randomness, which the server never sees. It reconnects by itself if
@@ -208,11 +215,14 @@ func clientPolicy(path string, set map[string]bool, require bool, corrupt float6
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("client", "--server ADDR --partition K/N [flags]", clientDescription, stderr)
+	fs := newFlags("client", "--server ADDR (--data PATH [--client K] | --partition K/N) [flags]", clientDescription, stderr)
 	server := fs.String("server", "127.0.0.1:7070", "the server's address (host:port)")
-	partition := fs.String("partition", "", "this client's partition: K/N, client K of the run's N (0 <= K < N)")
-	dataDir := fs.String("data-dir", "", "directory of the dataset files (default $FEDPQ_DATA, else ./data)")
-	keyPath := fs.String("key", "", "identity key (fedpq keygen); default: client-K-of-N.key in the user's config directory (fedpq/), made on first use")
+	own := fs.String("data", "", "this client's own dataset (docs/data.md: an ImageFolder, a CSV, an NPZ file, ...), for a run whose clients bring their own")
+	ownFormat := fs.String("data-format", "", "the format of --data: imagefolder, csv, npz, npy, idx or cifar (default: the run's data_format, else from the path)")
+	id := fs.Int("client", -1, "with --data: this client's id K, 0 <= K < N (default: K of --data named client-K, as fedpq split names them)")
+	partition := fs.String("partition", "", "this client's partition of a shared dataset: K/N, client K of the run's N (0 <= K < N)")
+	dataDir := fs.String("data-dir", "", "with --partition: directory of the dataset files (default $FEDPQ_DATA, else ./data)")
+	keyPath := fs.String("key", "", "identity key (fedpq keygen); default: client-K-of-N.key (client-K.key with --data) in the user's config directory (fedpq/), made on first use")
 	token := fs.String("token", "", "the server's join token (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "roster file: check partners' key shares against it, not against the server's word")
 	ca := fs.String("tls-ca", "", "CA certificate (PEM) to check the server's TLS certificate with")
@@ -220,7 +230,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against (default: the host of --server)")
 	seed := fs.String("seed", "", "seed the client's randomness (tests only: a deployment draws it from the system)")
 	retry := fs.Duration("retry-for", 5*time.Minute, "how long to keep reconnecting to a lost server")
-	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state beside the default key")
+	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state (client-K.state with --data) beside the default key")
 	policyPath := fs.String("policy", "", "YAML file of the client's policy: require_secure_aggregation, corrupt, min_clients (the flags win)")
 	require := fs.Bool("require-secure-aggregation", false, "refuse a run without secure aggregation")
 	corrupt := fs.Float64("secagg-corrupt", transport.DefaultClientPolicy.SecAgg.Corrupt, "fraction of a round's clients that may collude with the server, which a secure round's threshold and graph must withstand")
@@ -231,9 +241,14 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	k, n, err := parsePartitionFlag(*partition)
+	k, n, err := clientID(*own, *id, *partition)
 	if err != nil {
 		return badValue{err}
+	}
+	if *ownFormat != "" {
+		if _, err := data.ParseFormat(*ownFormat); err != nil {
+			return badValue{err}
+		}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -246,7 +261,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	logger := log.New(stderr, fmt.Sprintf("fedpq client %d: ", k), log.LstdFlags)
 	cfg := transport.ClientConfig{
-		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Token: *token, RetryFor: *retry, Log: logger,
+		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Data: *own, DataFormat: *ownFormat, Token: *token, RetryFor: *retry, Log: logger,
 		Policy: policy, State: *statePath, Trainer: *trainer, TrainerTimeout: *trainerTimeout, TrainerThreads: *trainerThreads,
 	}
 	if cfg.State == "" {
@@ -321,18 +336,44 @@ func clientKey(path string, k, n int, logger *log.Logger) (ed25519.PrivateKey, e
 	if err := transport.SaveKey(path, key); err != nil {
 		return nil, err
 	}
-	logger.Printf("made an identity key for client %d of %d in %s (roster line: %d %s)", k, n, path, k, transport.PublicString(key))
+	logger.Printf("made an identity key for client %d in %s (roster line: %d %s)", k, path, k, transport.PublicString(key))
 	return key, nil
 }
 
 // clientFile is client K of N's file of the given kind in the user's
-// config directory: fedpq/client-K-of-N.KIND.
+// config directory: fedpq/client-K-of-N.KIND, or fedpq/client-K.KIND for a
+// client with its own data (N 0: it learns N from the server).
 func clientFile(k, n int, kind string) (string, error) {
 	dir, err := os.UserConfigDir()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(dir, "fedpq", fmt.Sprintf("client-%d-of-%d.%s", k, n, kind)), nil
+	name := fmt.Sprintf("client-%d-of-%d.%s", k, n, kind)
+	if n == 0 {
+		name = fmt.Sprintf("client-%d.%s", k, kind)
+	}
+	return filepath.Join(dir, "fedpq", name), nil
+}
+
+// clientID is the client's id K and, with a partition, the run's N (0
+// with its own data: the server says): from --partition K/N, or from
+// --client or the name of --data.
+func clientID(own string, id int, partition string) (k, n int, err error) {
+	switch {
+	case own != "" && partition != "":
+		return 0, 0, errors.New("--data and --partition: a client trains on its own data or on a partition of a shared dataset, not both")
+	case own == "" && id >= 0:
+		return 0, 0, errors.New("--client goes with --data; with a partition of a shared dataset give --partition K/N")
+	case own == "":
+		return parsePartitionFlag(partition)
+	case id >= 0:
+		return id, 0, nil
+	}
+	k, ok := data.ClientNumber(filepath.Base(filepath.Clean(own)))
+	if !ok {
+		return 0, 0, fmt.Errorf("--data %s: give the client's id with --client K (it is not named client-K)", own)
+	}
+	return k, 0, nil
 }
 
 // parsePartitionFlag reads K/N.

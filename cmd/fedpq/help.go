@@ -17,7 +17,9 @@ type helpGroup struct {
 // The settings of a run, grouped; the server shows them too.
 var runGroups = []helpGroup{
 	{"Data", []string{"dataset", "data-dir", "partition", "clients", "clients-per-round", "dropout", "validation"}},
-	{"Model and training", []string{"model", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
+	{"Own data (instead of --dataset; docs/data.md)", []string{"data", "test-data", "validation-data", "data-format", "label-column",
+		"categorical-columns", "client-column", "feature-scaling", "image-size", "channels", "classes", "max-examples"}},
+	{"Model and training", []string{"model", "init-weights", "init-weights-sha256", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
 		"range", "perturb", "weighting", "global-lr", "patience", "eval-every", "engine", "workers", "seed",
 		"trainer", "trainer-timeout", "trainer-threads"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
@@ -39,9 +41,14 @@ var helpGroups = map[string][]helpGroup{
 		{"Attack", []string{"method", "optimizer", "iterations", "starts", "give-labels", "targets"}},
 		{"Output", []string{"png", "format", "quiet"}},
 	},
+	"split": {
+		{"What to split", []string{"from", "data-dir", "test", "test-fraction", "data-format", "label-column", "classes", "image-size", "channels"}},
+		{"How", []string{"clients", "partition", "seed"}},
+		{"Output", []string{"out", "format", "client-column", "quiet"}},
+	},
 	"client": {
-		{"Server", []string{"server", "partition", "token", "key", "roster", "tls", "tls-ca", "tls-server-name", "retry-for"}},
-		{"Data", []string{"data-dir"}},
+		{"Server", []string{"server", "token", "key", "roster", "tls", "tls-ca", "tls-server-name", "retry-for"}},
+		{"Data: its own (--data), or a partition of a shared dataset (--partition)", []string{"data", "client", "data-format", "partition", "data-dir"}},
 		{"Training", []string{"trainer", "trainer-timeout", "trainer-threads"}},
 		{"Testing", []string{"seed"}},
 	},

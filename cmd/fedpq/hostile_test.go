@@ -91,9 +91,9 @@ func TestHostile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			line := h.server.await(t, fmt.Sprintf("client %d joined from .* \\((\\d+) examples\\)", bad), time.Second)
-			if k, _ := strconv.Atoi(line[1]); k > len(su.Clients[bad]) {
-				t.Errorf("the server weighs a client that claimed %d examples as %d, its partition %d", math.MaxInt32, k, len(su.Clients[bad]))
+			line := h.server.await(t, fmt.Sprintf("client %d joined from .* \\((\\d+) examples, weighed as (\\d+): its partition", bad), time.Second)
+			if k, _ := strconv.Atoi(line[2]); line[1] != fmt.Sprint(math.MaxInt32) || k > len(su.Clients[bad]) {
+				t.Errorf("the server weighs a client that claimed %s examples as %d, its partition %d", line[1], k, len(su.Clients[bad]))
 			}
 		})
 	}
@@ -544,19 +544,9 @@ func openStreams(t *testing.T, addr string, n int) io.Closer {
 // rss is the resident memory of a process, in bytes.
 func rss(t *testing.T, p *proc) float64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
+	v := procStatus(p, "VmRSS")
+	if v == 0 {
+		t.Fatalf("%s: no VmRSS", p.name)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb * 1024
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
+	return v
 }

@@ -16,6 +16,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+
+	"github.com/fedpq/fedpq/model"
 )
 
 // command is one subcommand: its one-line summary and its entry point.
@@ -27,7 +29,7 @@ type command struct {
 var commands = map[string]command{}
 
 // order is the order commands are listed in help.
-var order = []string{"run", "server", "client", "keygen", "plot", "dme", "audit", "attack", "mechanisms", "reproduce", "bench"}
+var order = []string{"run", "server", "client", "keygen", "split", "model", "export", "plot", "dme", "audit", "attack", "mechanisms", "reproduce", "bench"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -57,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		return 2
 	}
-	if errors.As(err, new(badValue)) {
+	if errors.As(err, new(badValue)) || errors.As(err, new(*model.SpecError)) {
 		fmt.Fprintf(stderr, "fedpq %s: %v\nRun \"fedpq %s -h\" for its flags.\n", args[0], err, args[0])
 		return 2
 	}

@@ -164,6 +164,10 @@ func TestExitStatus(t *testing.T) {
 	if err := os.WriteFile(badValue, []byte("rounds: x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badSpec := filepath.Join(notRun, "net.yaml")
+	if err := os.WriteFile(badSpec, []byte("layers:\n  - dense: {units: 8}\n  - dense: {units: classes}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		code int
 		args []string
@@ -189,6 +193,15 @@ func TestExitStatus(t *testing.T) {
 		{1, []string{"keygen", "--client", "3", "--key", existing}, "already exists: keygen never overwrites a key"},
 		{2, []string{"run", "--config", badKey}, "line 1: unknown key roundz (docs/config.md lists every key)"},
 		{2, []string{"run", "--config", badValue}, "cannot unmarshal"},
+		{2, []string{"run", "--model", badSpec}, "layers[0] (dense 8): is not the last layer, so it must be followed by relu or sigmoid"},
+		{2, []string{"run", "--model", "resnet"}, `model "resnet": want one of`},
+		{2, []string{"run", "--init-weights", "w.pt"}, "want a .safetensors or .onnx file"},
+		{2, []string{"run", "--model", filepath.Join(notRun, "missing.yaml")}, "missing.yaml: no such file"},
+		{2, []string{"model", "--input", "12,12,1", "cnn2"}, "layers[3] (conv 6 5x5): kernel 5x5 does not fit its input [4 4 6]"},
+		{2, []string{"model", "resnet"}, `unknown architecture "resnet"`},
+		{2, []string{"model", "--input", "28,28", "cnn2"}, "want H,W,C or F"},
+		{2, []string{"export"}, "export takes one RUN_DIR, got 0"},
+		{1, []string{"export", notRun}, "is not a run directory: it has no config.yaml"},
 	} {
 		code, _, stderr := runCLI(tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "panic") {

@@ -42,7 +42,12 @@ Every flag of every command, generated from the flags themselves by
 file is out of date). The flags of ` + "`fedpq run`" + ` marked with a YAML key are the run's
 configuration: the same key in a ` + "`--config`" + ` file (underscores for dashes), which the flag
 overrides; ` + "`fedpq server`" + ` takes the same keys. "Read by" names the mechanisms a
-setting is for; the others read it whatever the mechanism.
+setting is for; the others read it whatever the mechanism. Two keys have no flag:
+` + "`model_spec`" + `, a network of one's own written in the YAML file (a spec:
+[models.md](models.md#specs)); a run given ` + "`--model NET.yaml`" + ` records the file's spec there in
+its config.yaml, and ` + "`--model`" + ` replaces it; and ` + "`schema`" + `, what every client's own data must
+fit (shape, classes, a CSV's columns), which a run with its own data resolves from its evaluation
+set and records in config.yaml, or a ` + "`--config`" + ` file declares ([data.md](data.md#the-schema)).
 `)
 	for _, n := range names {
 		fs := flagSets["fedpq "+n]

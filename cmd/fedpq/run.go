@@ -15,8 +15,10 @@ import (
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/model"
 	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 )
@@ -44,17 +46,19 @@ corbin at eps = 1, 40 rounds.
 
 // runFlagHelp is the help of each configuration key, in flag order.
 var runFlagHelp = [][2]string{
-	{"name", "run name: the run directory is runs/NAME unless --out is given"},
+	{"name", "run name: the run directory is runs/NAME unless --out is given (default: the --config file's name, else --data's, else quickstart)"},
 	{"out", "run directory"},
 	{"dataset", "mnist, fashion-mnist, cifar10, synthetic or synthetic:ALPHA,BETA"},
 	{"data_dir", "directory of the dataset files (default $FEDPQ_DATA, else ./data)"},
 	{"partition", "how the training set is split among clients: iid, dirichlet:ALPHA, shards:K, natural (the dataset's own clients: synthetic) or auto (natural where the dataset has clients of its own, else iid)"},
-	{"clients", "number of clients"},
+	{"clients", "number of clients (with --data, unless given: as many as the data has)"},
 	{"clients_per_round", "clients sampled per round (0: all)"},
 	{"dropout", "probability that a sampled client drops out before uploading"},
 	{"rounds", "communication rounds"},
 	{"eval_every", "evaluate the global model on the test set every this many rounds"},
-	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn, vgg-small or lenet; or external: the model of --trainer"},
+	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn, vgg-small, lenet, or a spec file NET.yaml of one's own (docs/models.md#specs; config.yaml records the spec as model_spec); or external: the model of --trainer"},
+	{"init_weights", "start from the weights in this .safetensors or .onnx file (as fedpq export writes them) instead of drawing them from the seed"},
+	{"init_weights_sha256", "the sha256 of init_weights: recorded by the run, checked when given"},
 	{"optimizer", "local optimizer: sgd or adam (state reset for every client)"},
 	{"lr", "local learning rate"},
 	{"momentum", "sgd momentum"},
@@ -81,6 +85,18 @@ var runFlagHelp = [][2]string{
 	{"global_lr", "global learning rate lambda"},
 	{"patience", "reload the best global model after this many evaluations without improvement (0: never)"},
 	{"validation", "fraction of the training set the server holds out to select the model for patience (0: use the test set)"},
+	{"data", "the clients' own data, instead of a partition of --dataset: a directory of client-K datasets (fedpq split writes one), or a CSV with --client-column (docs/data.md)"},
+	{"test_data", "own data: the evaluation set, all a deployed server reads (default: the entry test of --data)"},
+	{"validation_data", "own data: the set patience selects the model on, and the schema's statistics come from (default: none)"},
+	{"data_format", "own data: imagefolder, csv, npz, npy, idx or cifar (default: from each path)"},
+	{"label_column", "CSV: the label's column (default: label, else target)"},
+	{"categorical_columns", "CSV: comma-separated columns of categories, each one-hot encoded over its values in the evaluation set"},
+	{"client_column", "CSV: the column naming each row's client, in --data (LEAF's natural clients)"},
+	{"feature_scaling", "CSV: numeric columns scaled by standard (the default), minmax or none, with the evaluation set's statistics"},
+	{"image_size", "images: HEIGHTxWIDTH every image is resized to (default: their own, which must agree)"},
+	{"channels", "images: 1 (grey) or 3 (RGB); 0: grey if every image of the evaluation set is"},
+	{"classes", "own data: comma-separated class names in label order (default: those of the evaluation set)"},
+	{"max_examples", "the most examples a client's FedAvg weight counts; own data in a deployment must state it (fedpq run: the largest client's; docs/security.md)"},
 	{"ledger_delta", "delta of the privacy ledger's composed bounds (docs/privacy.md)"},
 	{"seed", "seed of every random stream"},
 	{"workers", "clients trained in parallel (0: all cores)"},
@@ -113,6 +129,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *configPath != "" && c.Name == experiment.Default().Name {
 		c.Name = strings.TrimSuffix(filepath.Base(*configPath), filepath.Ext(*configPath))
 	}
+	if c.Data != "" && c.Name == experiment.Default().Name {
+		c.Name = strings.TrimSuffix(filepath.Base(c.Data), filepath.Ext(c.Data))
+	}
+	if c.Data != "" && !given(fs, *configPath, "clients") {
+		c.Clients = 0 // as many as the data has
+	}
 	if *format != "text" && *format != "json" {
 		return badValue{fmt.Errorf("--format %q: want text or json", *format)}
 	}
@@ -128,6 +150,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return badValue{err}
 		}
 		if c, note = c.ResolvePartition(); note != "" && !*quiet {
+			fmt.Fprintln(stderr, note)
+		}
+		var err error
+		if c, note, err = c.ResolveData(); err != nil {
+			return badValue{err}
+		} else if note != "" && !*quiet {
 			fmt.Fprintln(stderr, note)
 		}
 		run = func(p func(report.Round)) (*report.Summary, error) { return experiment.Run(ctx, c, p) }
@@ -149,6 +177,9 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 		return enc.Encode(s)
 	}
 	fmt.Fprintf(stdout, "%s: %s on %s, %s, %d rounds\n", s.Name, s.Mechanism, s.Dataset, s.Model, s.Rounds)
+	if in := s.Initial; in != nil {
+		fmt.Fprintf(stdout, "  started from %s (sha256 %.16s): accuracy %.4f before round 1\n", in.File, in.SHA256, in.Accuracy)
+	}
 	fmt.Fprintf(stdout, "  final accuracy %.4f, best %.4f (round %d)\n", s.FinalAccuracy, s.BestAccuracy, s.BestRound)
 	fmt.Fprintf(stdout, "  uplink %.4g bits/param per client, %.4g MB in all", s.UplinkBitsPerParam, float64(s.UplinkBitsTotal)/8e6)
 	if s.SetupBytesTotal > 0 {
@@ -179,6 +210,26 @@ func printTrainerCost(stdout io.Writer, t *report.TrainerCost) {
 	fmt.Fprintf(stdout, "  trainer %q: %d processes, %d requests: %.1f s in its code, %.2f s in the protocol (%.1f%%), of which %.2f s sending %d examples (once per process); %.3g MB sent, %.3g MB received\n",
 		t.Command, t.Processes, t.Requests, t.UserSeconds, t.Seconds-t.UserSeconds, 100*t.Overhead,
 		t.DataSeconds, t.ExamplesSent, float64(t.BytesSent)/1e6, float64(t.BytesRead)/1e6)
+}
+
+// given reports whether the configuration key was set, by its flag or in
+// the --config file, rather than left to its default.
+func given(fs *flag.FlagSet, configPath, key string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == strings.ReplaceAll(key, "_", "-") })
+	if set || configPath == "" {
+		return set
+	}
+	b, err := os.ReadFile(configPath)
+	if err != nil {
+		return false
+	}
+	var m map[string]any
+	if yaml.Unmarshal(b, &m) != nil {
+		return false
+	}
+	_, set = m[key]
+	return set
 }
 
 // findConfig returns the value of --config in args, if any.
@@ -229,13 +280,20 @@ func findConfig(args []string) string {
 	return ""
 }
 
+// yamlOnly are the configuration keys that have no flag: values too
+// structured for one, which a run resolves and records in config.yaml.
+var yamlOnly = map[string]bool{
+	"model_spec": true, // a spec is a list of layers
+	"schema":     true, // own data: shape, classes, columns
+}
+
 // bindConfig defines a flag for every YAML key of c, with c's value as the
 // default.
 func bindConfig(fs *flag.FlagSet, c *experiment.Config) error {
-	v := reflect.ValueOf(c).Elem()
 	fields := map[string]reflect.Value{}
-	for i := range v.NumField() {
-		fields[strings.Split(v.Type().Field(i).Tag.Get("yaml"), ",")[0]] = v.Field(i)
+	configFields(reflect.ValueOf(c).Elem(), fields)
+	for k := range yamlOnly {
+		delete(fields, k)
 	}
 	for _, kv := range runFlagHelp {
 		f, ok := fields[kv[0]]
@@ -245,6 +303,8 @@ func bindConfig(fs *flag.FlagSet, c *experiment.Config) error {
 		delete(fields, kv[0])
 		name := strings.ReplaceAll(kv[0], "_", "-")
 		switch p := f.Addr().Interface().(type) {
+		case flag.Value:
+			fs.Var(p, name, kv[1])
 		case *string:
 			fs.StringVar(p, name, *p, kv[1])
 		case *int:
@@ -262,8 +322,45 @@ func bindConfig(fs *flag.FlagSet, c *experiment.Config) error {
 	for k := range fields {
 		return fmt.Errorf("internal: configuration key %q has no flag", k)
 	}
+	// --model replaces a model_spec of the --config file (a run's
+	// config.yaml has one): the flag names the model of this run.
+	if f := fs.Lookup("model"); f != nil {
+		f.Value = modelFlag{&c.Model, &c.ModelSpec}
+	}
 	return nil
 }
+
+// configFields maps each YAML key of the struct v to its field, looking
+// into structs inlined in it.
+func configFields(v reflect.Value, fields map[string]reflect.Value) {
+	for i := range v.NumField() {
+		key, opts, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		if key == "" && strings.Contains(opts, "inline") {
+			configFields(v.Field(i), fields)
+			continue
+		}
+		fields[key] = v.Field(i)
+	}
+}
+
+// modelFlag is --model: it sets the model and drops a model_spec that
+// the configuration file held.
+type modelFlag struct {
+	model *string
+	spec  **model.Spec
+}
+
+func (f modelFlag) String() string {
+	if f.model == nil {
+		return ""
+	}
+	return *f.model
+}
+
+func (f modelFlag) Set(v string) error { *f.model, *f.spec = v, nil; return nil }
+
+// Type is the flag's type in docs/config.md.
+func (modelFlag) Type() string { return "string" }
 
 // runProgress shows a progress bar with the round, accuracy and ETA on a
 // terminal, a line per evaluation otherwise (logs), or nothing with quiet.
