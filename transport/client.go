@@ -344,6 +344,14 @@ func (c *Client) prepare(y string) error {
 	return nil
 }
 
+// lossPrivate reports whether a run's clients keep their training loss to
+// themselves: a number computed on a client's data that no mechanism
+// privatizes, which would leak beside an LDP upload or a secure sum. They
+// send 0 instead, and the server reports no training loss.
+func lossPrivate(c experiment.Config) bool {
+	return c.Mechanism != "none" || c.SecureAggregation
+}
+
 // badRound is a RoundStart the client cannot take part in; it skips the
 // round and waits for the next.
 type badRound struct{ err error }
@@ -417,6 +425,10 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 
 	start := time.Now()
 	local, loss, err := c.train(ctx, t, global, deadline)
+	sent := loss
+	if lossPrivate(c.su.Config) {
+		sent = 0 // computed on the client's data, and not privatized
+	}
 	if err != nil {
 		if c.su.Pool != nil && ctx.Err() == nil {
 			// The trainer hung, exited or answered what fedpq refuses: the
@@ -441,7 +453,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	}
 	if rs.GetSecagg() != nil {
 		c.log.Printf("round %d: trained in %v (loss %.4f), encoded as %s; secure aggregation", t, trained.Round(time.Millisecond), loss, role(slot))
-		later, err := c.secureUpload(ctx, stream, in, runID, rs, payloads, loss)
+		later, err := c.secureUpload(ctx, stream, in, runID, rs, payloads, sent)
 		if next == nil {
 			next = later
 		}
@@ -454,7 +466,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	if err := c.state.answer(runID, t); err != nil {
 		return next, &setupError{err}
 	}
-	c.last, c.lastRun = &pb.Upload{Round: t, Payloads: payloads, Loss: loss}, runID
+	c.last, c.lastRun = &pb.Upload{Round: t, Payloads: payloads, Loss: sent}, runID
 	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: c.last}}); err != nil {
 		return nil, err
 	}

@@ -674,6 +674,9 @@ wait:
 		}
 	}
 	r, err := s.eng.End(plan)
+	if lossPrivate(s.cfg.Run) {
+		r.TrainLoss = math.NaN() // the clients keep it (lossPrivate): null in metrics.jsonl
+	}
 	r.SetupBytes = rd.setup // what was relayed, signatures and framing included
 	if rd.secure != nil {
 		if wrong := rd.secure.srv.WrongShares(); len(wrong) > 0 {

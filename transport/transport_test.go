@@ -241,6 +241,10 @@ func TestEveryCoupling(t *testing.T) {
 				if r.SetupBytes < lo || r.SetupBytes > hi {
 					t.Errorf("round %d: %d setup bytes, want %d to %d", r.Round, r.SetupBytes, lo, hi)
 				}
+				// A private run's clients keep their training loss.
+				if private := tc.mech != "none"; private != math.IsNaN(r.TrainLoss) || !private && !(r.TrainLoss > 0) {
+					t.Errorf("round %d: train loss %v reported by the clients of a %s run", r.Round, r.TrainLoss, tc.mech)
+				}
 			}
 		})
 	}
