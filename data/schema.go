@@ -128,21 +128,21 @@ func ParseImageSize(s string) ([2]int, error) {
 // sends every client; a client reads its own data into it, and data that
 // do not fit it are an error.
 type Schema struct {
-	Shape   []int    `yaml:"shape,flow"`
-	Classes []string `yaml:"classes,flow"`
+	Shape   []int    `yaml:"shape,flow" json:"shape"`
+	Classes []string `yaml:"classes,flow" json:"classes"`
 	// Columns, for a CSV, are its feature columns in feature order; nil
 	// for arrays and images, whose values are the features.
-	Columns []Column `yaml:"columns,omitempty"`
+	Columns []Column `yaml:"columns,omitempty" json:"columns,omitempty"`
 }
 
 // Column is one feature column of a CSV: numeric, the feature
 // (value - Shift) / Scale; or categorical, one feature per category that is
 // 1 for the row's category and 0 for the others.
 type Column struct {
-	Name       string   `yaml:"name"`
-	Categories []string `yaml:"categories,flow,omitempty"`
-	Shift      float64  `yaml:"shift,omitempty"`
-	Scale      float64  `yaml:"scale,omitempty"`
+	Name       string   `yaml:"name" json:"name"`
+	Categories []string `yaml:"categories,flow,omitempty" json:"categories,omitempty"`
+	Shift      float64  `yaml:"shift,omitempty" json:"shift,omitempty"`
+	Scale      float64  `yaml:"scale,omitempty" json:"scale,omitempty"`
 }
 
 // Features is the number of features of one example.

@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,7 +46,12 @@ func Export(dir, outDir, dataDir string) (*Exported, error) {
 	if dataDir != "" {
 		c.DataDir = dataDir
 	}
-	su, err := NewSetup(c)
+	// A deployed server's run of clients' own data has only its test set.
+	setup := NewSetup
+	if c.Own() && c.Data == "" {
+		setup = NewServerSetup
+	}
+	su, err := setup(c)
 	if err != nil {
 		return nil, fmt.Errorf("rebuilding the model of %s from its config.yaml: %w", dir, err)
 	}
@@ -122,7 +128,7 @@ func loadExport(dir string) (Config, fl.State, error) {
 
 // exportMeta is the metadata both files carry.
 func exportMeta(c Config, m *model.Model, ex *Exported) map[string]string {
-	return map[string]string{
+	meta := map[string]string{
 		"format":              "pt", // tensors in PyTorch's names and layouts (the Hugging Face convention)
 		"fedpq.spec":          string(m.Spec().YAML()),
 		"fedpq.input":         intList(m.Input()),
@@ -133,6 +139,18 @@ func exportMeta(c Config, m *model.Model, ex *Exported) map[string]string {
 		"fedpq.test_accuracy": strconv.FormatFloat(ex.Accuracy, 'g', -1, 64),
 		"fedpq.test_loss":     strconv.FormatFloat(ex.Loss, 'g', -1, 64),
 	}
+	// A run of its clients' own data: the schema says how a row or an
+	// image becomes the model's input (a CSV's column scaling and
+	// categories), which a user of the model must do the same.
+	if c.Schema != nil {
+		b, err := json.Marshal(c.Schema)
+		if err == nil {
+			meta["fedpq.schema"] = string(b)
+		}
+		meta["fedpq.test_data"] = c.TestData
+		meta["fedpq.label_column"] = c.LabelColumn
+	}
+	return meta
 }
 
 // inputLayout is the export's input shape, in words.

@@ -20,15 +20,18 @@ model.safetensors and model.onnx. The checks, one line each:
    gives the Sequential's logits, within 1e-5 of their largest magnitude.
 5. accuracy: with the test set of the run's dataset (mnist or fashion-mnist, from --data-dir, else
    $FEDPQ_DATA, else ./data), the Sequential's test accuracy and mean cross-entropy equal those fedpq
-   measured at export (in the metadata), within --tol. Other datasets skip this check; without a test
-   set, checks 4 runs on random inputs. Where PATH also holds check.safetensors (fedpq's tests write
+   measured at export (in the metadata), within --tol. A run of its clients' own data reads its
+   test set (a CSV, an NPZ, or an image folder at the run's image size; its recorded test_data
+   path, else --test-data) and encodes it as the schema in the metadata says: each numeric column
+   (value - shift) / scale, each categorical one one-hot over its categories, pixels / 255. Other
+   datasets skip this check; without a test set, checks 4 runs on random inputs. Where PATH also holds check.safetensors (fedpq's tests write
    one for models of other inputs), its examples "x" ([N, features] in fedpq's layout: images
    row, column, channel) and labels "y" are the test set, with fedpq's accuracy and loss on them in
    its metadata.
 
 Exit status 0 when every check passes, 1 when one fails, 2 for bad usage or missing packages.
 """
-import argparse, gzip, json, math, os, struct, sys
+import argparse, csv, gzip, json, math, os, struct, sys
 
 try:
     import numpy as np
@@ -37,9 +40,10 @@ try:
     import torch.nn.functional as F
     import onnx
     from onnx import numpy_helper
+    from PIL import Image
 except ImportError as e:
-    sys.stderr.write(f"check_export: {e}: install Debian's python3-torch and python3-onnx "
-                     "(apt-get install python3-torch python3-onnx) and run /usr/bin/python3\n")
+    sys.stderr.write(f"check_export: {e}: install Debian's python3-torch, python3-onnx and python3-pil "
+                     "(apt-get install python3-torch python3-onnx python3-pil) and run /usr/bin/python3\n")
     sys.exit(2)
 
 
@@ -189,10 +193,62 @@ def test_set(dataset, data_dir):
     return None
 
 
+def own_test_set(meta, test_data):
+    """A run of its clients' own data: its test set read and encoded as fedpq's schema says (a CSV's
+    columns scaled and one-hot encoded, images scaled to [0, 1]), as float32 rows or NCHW, and the
+    labels; or None with the reason."""
+    schema = json.loads(meta["fedpq.schema"])
+    path = test_data or meta.get("fedpq.test_data", "")
+    if not path or not os.path.exists(path):
+        return None, f"the run's test set {path!r} is not here (--test-data PATH)"
+    classes = schema["classes"]
+    if os.path.isdir(path):
+        h, w, c = schema["shape"]
+        xs, ys = [], []
+        for k, name in enumerate(classes):
+            d = os.path.join(path, name)
+            for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+                img = Image.open(os.path.join(d, f)).convert("L" if c == 1 else "RGB")
+                if img.size != (w, h):
+                    return None, f"{f} is {img.size[0]}x{img.size[1]}, the run resized to {w}x{h} (fedpq's bilinear resize is not redone here)"
+                a = np.asarray(img, dtype=np.float32) / np.float32(255)
+                xs.append(a.reshape(h, w, c).transpose(2, 0, 1))
+                ys.append(k)
+        return (torch.from_numpy(np.stack(xs)), torch.tensor(ys)), None
+    if path.endswith(".npz"):
+        z = np.load(path)
+        x = z["x"].astype(np.float32)
+        if x.ndim == 4:
+            x = x.transpose(0, 3, 1, 2)
+        return (torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(z["y"].astype(np.int64))), None
+    if not (path.endswith(".csv") or path.endswith(".csv.gz")):
+        return None, f"{path}: this script reads CSV, NPZ and image-folder test sets"
+    with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
+        rows = list(csv.reader(f))
+    header, rows = rows[0], rows[1:]
+    label = meta.get("fedpq.label_column") or next((n for n in ("label", "target") if n in header), None)
+    li = header.index(label)
+    x = np.zeros((len(rows), schema["shape"][0]), dtype=np.float32)
+    y = np.zeros(len(rows), dtype=np.int64)
+    for r, row in enumerate(rows):
+        j = 0
+        for col in schema["columns"]:
+            v = row[header.index(col["name"])].strip()
+            if "categories" in col:
+                x[r, j + col["categories"].index(v)] = 1
+                j += len(col["categories"])
+            else:
+                x[r, j] = np.float32((float(v) - col.get("shift", 0.0)) / col.get("scale", 1.0))
+                j += 1
+        y[r] = classes.index(row[li].strip())
+    return (torch.from_numpy(x), torch.from_numpy(y)), None
+
+
 def main():
     ap = argparse.ArgumentParser(description="Checks fedpq export's model.safetensors and model.onnx with PyTorch and ONNX.")
     ap.add_argument("path", nargs="+", help="a run directory after fedpq export, or the directory export wrote to")
     ap.add_argument("--data-dir", default=os.environ.get("FEDPQ_DATA", "data"), help="dataset directory (default $FEDPQ_DATA, else ./data)")
+    ap.add_argument("--test-data", default="", help="the test set of a run of clients' own data, where its recorded path does not find it")
     ap.add_argument("--tol", type=float, default=1e-4, help="largest difference of accuracy and of mean loss (default 1e-4)")
     args = ap.parse_args()
     for path in args.path:
@@ -244,7 +300,13 @@ def check_export(path, args):
     same = init.keys() == tensors.keys() and all(np.array_equal(init[k].view(np.uint32), tensors[k].view(np.uint32)) for k in tensors)
     check("onnx weights", same, f"{len(init)} initializers {'equal' if same else 'differ from'} the safetensors tensors bit for bit")
 
-    data = test_set(meta.get("fedpq.dataset", ""), args.data_dir)
+    why = f"no test set of {meta.get('fedpq.dataset', '?')!r} in {args.data_dir} (mnist and fashion-mnist are read)"
+    if "fedpq.schema" in meta:
+        data, why = own_test_set(meta, args.test_data)
+        if data is not None:
+            meta = dict(meta, **{"fedpq.dataset": meta.get("fedpq.test_data", args.test_data)})
+    else:
+        data = test_set(meta.get("fedpq.dataset", ""), args.data_dir)
     check_path = os.path.join(path, "check.safetensors")
     if os.path.exists(check_path):
         ct, cmeta = read_safetensors(check_path)
@@ -270,7 +332,7 @@ def check_export(path, args):
     scale = logits.abs().max().item()
     check("onnx graph", diff <= 1e-5 * max(scale, 1), f"logits of {what} differ from nn.Sequential's by at most {diff:.3g} (largest {scale:.3g})")
     if data is None:
-        print(f"skip accuracy: no test set of {meta.get('fedpq.dataset', '?')!r} in {args.data_dir} (mnist and fashion-mnist are read)")
+        print(f"skip accuracy: {why}")
     elif "fedpq.test_accuracy" not in meta:
         print("skip accuracy: the export records no test accuracy")
     else:

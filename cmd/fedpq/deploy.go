@@ -96,6 +96,14 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if c.TestData != "" && c.Name == experiment.Default().Name {
+		// A run of clients' own data is named after the directory of its
+		// test set (bc/test.csv: bc), as fedpq run names it after --data.
+		c.Name = filepath.Base(filepath.Dir(filepath.Clean(c.TestData)))
+		if c.Name == "." || c.Name == string(filepath.Separator) {
+			c.Name = strings.TrimSuffix(filepath.Base(c.TestData), filepath.Ext(c.TestData))
+		}
+	}
 	if *format != "text" && *format != "json" {
 		return badValue{fmt.Errorf("--format %q: want text or json", *format)}
 	}

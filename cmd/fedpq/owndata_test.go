@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fedpq/fedpq/data/datatest"
+	"github.com/fedpq/fedpq/internal/pycheck"
 	"github.com/fedpq/fedpq/report"
 )
 
@@ -168,5 +169,13 @@ func TestOwnDataCSV(t *testing.T) {
 	code, _, errOut = runCLI("run", "--config", filepath.Join(runDir, "config.yaml"), "--out", filepath.Join(t.TempDir(), "again"), "--quiet")
 	if code != 0 {
 		t.Errorf("run --config config.yaml: exit %d: %s", code, errOut)
+	}
+	// The model leaves with the schema: PyTorch, reading test.csv as the
+	// metadata says (scaled columns), gets fedpq's accuracy and loss.
+	if code, _, errOut = runCLI("export", runDir); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errOut)
+	}
+	if out, ok := pycheck.Check(t, runDir); !ok || !strings.Contains(out, "ok   accuracy") || !strings.Contains(out, "test examples of "+filepath.Join(dir, "test.csv")) {
+		t.Errorf("check_export.py:\n%s", out)
 	}
 }
