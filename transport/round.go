@@ -1,0 +1,331 @@
+package transport
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/report"
+	pb "github.com/fedpq/fedpq/transport/fedpqpb"
+)
+
+// A round at the server: waiting for the clients it needs, sending the
+// plan, counting uploads and declines, and closing it at its deadline.
+
+// serverRound is the round under way.
+type serverRound struct {
+	plan   *fl.Plan
+	pos    map[uint32]int // client id to position
+	state  []int          // per position: waiting, uploaded, refused or gone
+	keyed  []bool         // per position: its key share was relayed
+	sealed []bool         // per position: its sealed bits were relayed
+	late   []bool         // per position: no key share by the key-share deadline
+	setup  int64          // bytes of key shares and sealed bits relayed
+	secure *secureRound   // secure rounds: the protocol's state
+}
+
+func newServerRound(plan *fl.Plan) *serverRound {
+	n := len(plan.Clients)
+	rd := &serverRound{plan: plan, pos: map[uint32]int{}, state: make([]int, n),
+		keyed: make([]bool, n), sealed: make([]bool, n), late: make([]bool, n)}
+	for pos, k := range plan.Clients {
+		rd.pos[uint32(k)] = pos
+	}
+	return rd
+}
+
+const (
+	waiting = iota
+	uploaded
+	refused
+	gone
+)
+
+// gather waits for the clients a round needs, MinClients connected, and
+// then up to Gather for the rest, and returns the ids of those connected.
+// With the default minimum (the whole fleet) it waits up to Grace, then
+// goes on with those it has. While it waits it logs, every 30 s, who is
+// missing.
+func (s *Server) gather(ctx context.Context) ([]uint32, error) {
+	start := time.Now()
+	var since, logged time.Time
+	for {
+		s.mu.Lock()
+		n, ch := len(s.sessions), s.changed
+		missing := s.missing()
+		s.mu.Unlock()
+		need, graceLeft := s.cfg.MinClients, time.Duration(0)
+		if s.fleet {
+			if graceLeft = s.cfg.Grace - time.Since(start); graceLeft <= 0 {
+				need = 1
+			}
+		}
+		if n >= need {
+			if since.IsZero() {
+				since = time.Now()
+			}
+			if n == s.cfg.Run.Clients || time.Since(since) >= s.cfg.Gather {
+				if n < s.cfg.Run.Clients && need < s.cfg.MinClients {
+					s.log.Printf("round %d: going on with %d of %d clients after waiting %v (--grace) for %s",
+						s.eng.Done()+1, n, s.cfg.Run.Clients, s.cfg.Grace, missing)
+				}
+				break
+			}
+		} else {
+			since = time.Time{}
+			waited := time.Since(start)
+			if !s.fleet && s.cfg.MaxWait > 0 && waited >= s.cfg.MaxWait {
+				return nil, fmt.Errorf("round %d: %d of the %d clients needed connected after waiting %v (--max-wait); missing %s",
+					s.eng.Done()+1, n, need, s.cfg.MaxWait, missing)
+			}
+			if time.Since(logged) >= 30*time.Second {
+				wait := "waiting for them"
+				switch {
+				case graceLeft > 0:
+					wait = fmt.Sprintf("going on with those connected in %v", graceLeft.Round(time.Second))
+				case !s.fleet && s.cfg.MaxWait > 0:
+					wait = fmt.Sprintf("stopping in %v (--max-wait)", (s.cfg.MaxWait - waited).Round(time.Second))
+				}
+				s.log.Printf("round %d: waiting for clients for %v (%d of %d connected, %d needed): missing %s; %s",
+					s.eng.Done()+1, waited.Round(time.Second), n, s.cfg.Run.Clients, need, missing, wait)
+				logged = time.Now()
+			}
+		}
+		wait := 30*time.Second - time.Since(logged)
+		if !since.IsZero() {
+			wait = s.cfg.Gather - time.Since(since)
+		} else if graceLeft > 0 {
+			wait = min(wait, graceLeft)
+		} else if !s.fleet && s.cfg.MaxWait > 0 {
+			wait = min(wait, s.cfg.MaxWait-time.Since(start))
+		}
+		select {
+		case <-ch:
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]uint32, 0, len(s.sessions))
+	for id := range s.sessions {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// missing names the clients not connected, the first ten of them. s.mu is
+// held.
+func (s *Server) missing() string {
+	var ids []string
+	left := 0
+	for id := range s.cfg.Run.Clients {
+		if s.sessions[uint32(id)] == nil {
+			if len(ids) < 10 {
+				ids = append(ids, fmt.Sprint(id))
+			} else {
+				left++
+			}
+		}
+	}
+	if left > 0 {
+		ids = append(ids, fmt.Sprintf("and %d more", left))
+	}
+	return "clients " + strings.Join(ids, ", ")
+}
+
+// runRound runs one round among the online clients: it announces the
+// round to those chosen, waits for their uploads until they are all in or
+// gone, or the deadline, and ends the round with what it has.
+func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, error) {
+	ids := make([]int, len(online))
+	for i, id := range online {
+		ids[i] = int(id)
+	}
+	deadline := time.Now().Add(s.cfg.RoundTimeout)
+	s.mu.Lock()
+	t := s.eng.Done() + 1
+	plan, err := s.eng.Begin(t, ids)
+	if err != nil {
+		s.mu.Unlock()
+		return report.Round{}, err
+	}
+	rd := newServerRound(plan)
+	identity := map[uint32]ed25519.PublicKey{}
+	for _, k := range plan.Clients {
+		if ss := s.sessions[uint32(k)]; ss != nil {
+			identity[uint32(k)] = ss.identity
+		}
+	}
+	rd.secure = newSecureRound(plan, deadline, identity)
+	s.round = rd
+	global := encodeTensors(plan.Global)
+	ranges := encodeRanges(plan.Ranges)
+	for pos, k := range plan.Clients {
+		if s.sessions[uint32(k)] == nil { // left since it was counted
+			rd.state[pos] = gone
+		}
+	}
+	for pos, k := range plan.Clients {
+		if rd.state[pos] == gone {
+			continue
+		}
+		msg := &pb.RoundStart{
+			Round: uint32(t), Position: uint32(pos), Global: global, Ranges: ranges,
+			Partner: -1, TimeLeftMilli: time.Until(deadline).Milliseconds(),
+		}
+		if j := plan.Round.Partner(pos); j >= 0 && rd.state[j] != gone {
+			msg.Partner = int32(plan.Clients[j])
+			msg.PartnerIdentity = s.sessions[uint32(plan.Clients[j])].identity
+		}
+		if key, ok := plan.Round.SharedKey(pos); ok {
+			msg.SharedKey = key[:]
+		}
+		gi, gs := plan.Round.Group(pos)
+		msg.GroupIndex, msg.GroupSize = uint32(gi), uint32(gs)
+		if rd.secure != nil {
+			msg.Secagg = rd.secure.announce(plan)
+		}
+		s.sessions[uint32(k)].send(&pb.ServerMessage{Body: &pb.ServerMessage_RoundStart{RoundStart: msg}})
+	}
+	s.mu.Unlock()
+	s.log.Printf("round %d: %d clients, %d pairs, deadline in %v", t, len(plan.Clients), plan.Round.Pairs(), s.cfg.RoundTimeout)
+
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	var keyShares <-chan time.Time
+	if plan.Round.Pairs() > 0 {
+		kt := time.NewTimer(s.cfg.KeyShareTimeout)
+		defer kt.Stop()
+		keyShares = kt.C
+	}
+wait:
+	for {
+		s.mu.Lock()
+		open := slices.Contains(rd.state, waiting)
+		var step <-chan time.Time
+		if rd.secure != nil {
+			// A secure round ends when its protocol does; each step
+			// has a deadline of its own.
+			open = !s.advance(rd, time.Now())
+			step = time.After(time.Until(rd.secure.due))
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		if !open {
+			break
+		}
+		select {
+		case <-ch:
+		case <-step:
+		case <-keyShares:
+			keyShares = nil
+			s.mu.Lock()
+			s.keySharesDue(rd)
+			s.mu.Unlock()
+		case <-timer.C:
+			if rd.secure != nil {
+				continue // the keys step's deadline
+			}
+			s.log.Printf("round %d: deadline passed", t)
+			break wait
+		case <-ctx.Done():
+			return report.Round{}, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.round = nil
+	s.notify()
+	for pos, st := range rd.state {
+		if st == waiting {
+			s.log.Printf("round %d: no upload from client %d by the deadline", t, plan.Clients[pos])
+		}
+	}
+	r, err := s.eng.End(plan)
+	if lossPrivate(s.cfg.Run) {
+		r.TrainLoss = math.NaN() // the clients keep it (lossPrivate): null in metrics.jsonl
+	}
+	r.SetupBytes = rd.setup // what was relayed, signatures and framing included
+	if rd.secure != nil {
+		if wrong := rd.secure.srv.WrongShares(); len(wrong) > 0 {
+			s.log.Printf("round %d: clients %v revealed shares that do not match their commitments; left out", t, wrong)
+		}
+	}
+	return r, err
+}
+
+// decline takes a client that declines the round out of it: no step
+// waits for it. s.mu is held.
+func (s *Server) decline(sess *session, d *pb.Decline) error {
+	rd := s.round
+	if rd == nil || d.GetRound() != uint32(rd.plan.T) {
+		return fmt.Errorf("declined round %d, which is not under way", d.GetRound())
+	}
+	pos, ok := rd.pos[sess.id]
+	if !ok {
+		return fmt.Errorf("round %d: declined, but not chosen", d.GetRound())
+	}
+	reason := d.GetReason()
+	if len(reason) > 300 {
+		reason = reason[:300] + "..."
+	}
+	s.log.Printf("round %d: client %d declined: %q", rd.plan.T, sess.id, reason)
+	if rd.state[pos] == waiting {
+		rd.state[pos] = refused
+		s.partnerGone(rd, pos)
+	}
+	if sr := rd.secure; sr != nil {
+		delete(sr.survivors, sess.id)
+		sr.revealed[sess.id] = true
+	}
+	s.notify()
+	return nil
+}
+
+// upload adds sess's upload to the round under way.
+func (s *Server) upload(sess *session, u *pb.Upload) error {
+	rd := s.round
+	if rd == nil || u.GetRound() != uint32(rd.plan.T) {
+		return fmt.Errorf("an upload for round %d, which is not under way (replayed or late)", u.GetRound())
+	}
+	pos, ok := rd.pos[sess.id]
+	if !ok {
+		return fmt.Errorf("round %d: client %d was not chosen", u.GetRound(), sess.id)
+	}
+	if rd.state[pos] != waiting {
+		return fmt.Errorf("round %d: a second upload", u.GetRound())
+	}
+	var err error
+	switch sr := rd.secure; {
+	case sr == nil:
+		err = rd.plan.Add(pos, fl.Upload{Payloads: u.GetPayloads(), Examples: sess.examples, Loss: u.GetLoss()})
+	case sr.step != secureMasked || !sr.kept[sess.id]:
+		err = errors.New("a masked upload outside the masking step, or from a client not kept for it")
+	default:
+		err = rd.plan.AddMasked(pos, u.GetMasked(), u.GetLoss())
+	}
+	if err != nil {
+		rd.state[pos] = refused
+		err = fmt.Errorf("round %d: %w", u.GetRound(), err)
+	} else {
+		rd.state[pos] = uploaded
+	}
+	// A client that uploads has sent all it will: if it is refused, or
+	// in transfer mode sent no sealed bits, a partner still waiting for
+	// it (a follower waits for the leader's bits) stops waiting. A partner
+	// that has what it needs is past pairing and ignores this.
+	if err != nil || s.sealed != 0 && !rd.sealed[pos] {
+		s.partnerGone(rd, pos)
+	}
+	s.notify()
+	return err
+}
