@@ -216,11 +216,21 @@ def own_test_set(meta, test_data):
                 ys.append(k)
         return (torch.from_numpy(np.stack(xs)), torch.tensor(ys)), None
     if path.endswith(".npz"):
+        # As fedpq reads arrays (data/npy.go): uint8 values are pixels, scaled by 1/255; (N, H, W)
+        # is one channel; (N, H, W, C) is HWC unless it is already PyTorch's (N, C, H, W); labels
+        # are class indices, or class names.
         z = np.load(path)
-        x = z["x"].astype(np.float32)
-        if x.ndim == 4:
+        raw = z["x"]
+        x = raw.astype(np.float32) / np.float32(255) if raw.dtype == np.uint8 else raw.astype(np.float32)
+        if x.ndim == 3:
+            x = x[:, None, :, :]
+        elif x.ndim == 4 and not (x.shape[1] in (1, 3) and x.shape[3] not in (1, 3)):
             x = x.transpose(0, 3, 1, 2)
-        return (torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(z["y"].astype(np.int64))), None
+        y = z["y"].reshape(-1)
+        if y.dtype.kind in "US":
+            index = {name: k for k, name in enumerate(classes)}
+            y = np.array([index[str(v)] for v in y])
+        return (torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(y.astype(np.int64))), None
     if not (path.endswith(".csv") or path.endswith(".csv.gz")):
         return None, f"{path}: this script reads CSV, NPZ and image-folder test sets"
     with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:

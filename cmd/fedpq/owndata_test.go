@@ -24,7 +24,8 @@ const clientRSSLimit = 50e6
 
 // TestOwnDataMNIST: fedpq split writes MNIST for 100 clients (1/100 each,
 // as NPZ files) and its test set; fedpq run on that directory learns
-// (above 85% in 3 rounds of 20 clients); and a deployment of it runs with
+// (above 85% in 3 rounds of 20 clients), and its exported model gives
+// PyTorch the same accuracy on test.npz; and a deployment of it runs with
 // a server process that reads only the test set and three client
 // processes that each read only their own file, each staying under 50 MB
 // resident at its peak.
@@ -63,6 +64,14 @@ func TestOwnDataMNIST(t *testing.T) {
 	if err != nil || !strings.Contains(string(cfg), "clients: 100") || !strings.Contains(string(cfg), "max_examples: 600") ||
 		!strings.Contains(string(cfg), "shape: [28, 28, 1]") || !strings.Contains(string(cfg), "test_data: "+filepath.Join(dir, "test.npz")) {
 		t.Errorf("config.yaml (%v):\n%s", err, cfg)
+	}
+	// The model leaves: PyTorch, reading test.npz as fedpq does (uint8
+	// pixels scaled by 1/255, labels by class name), gets fedpq's accuracy.
+	if code, _, errOut = runCLI("export", runDir); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errOut)
+	}
+	if out, ok := pycheck.Check(t, runDir); !ok || !strings.Contains(out, "ok   accuracy") || !strings.Contains(out, "test examples of "+filepath.Join(dir, "test.npz")) {
+		t.Errorf("check_export.py:\n%s", out)
 	}
 
 	if testing.Short() {
