@@ -143,6 +143,9 @@ func (c *Client) Run(ctx context.Context) (*pb.Finished, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if err == errPrepared {
+			continue
+		}
 		if permanent(err) {
 			return nil, err
 		}
@@ -172,6 +175,15 @@ func permanent(err error) bool {
 	}
 	return false
 }
+
+// A client prepares the run (reads its data, starts its trainer) between
+// the server's Hello and its Join, and a server gives a join only so long
+// (ServerConfig.JoinTimeout, 10 s by default): a client that took longer
+// than slowPrepare opens a new session to join in, rather than find the
+// old one closed.
+const slowPrepare = time.Second
+
+var errPrepared = errors.New("prepared; joining anew")
 
 // setupError is a failure on the client's side to prepare the run.
 type setupError struct{ err error }
@@ -204,8 +216,13 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	if hello == nil {
 		return nil, false, errors.New("the server did not open with a Hello")
 	}
+	first, began := c.su == nil, time.Now()
 	if err := c.prepare(hello.GetConfigYaml()); err != nil {
 		return nil, false, err
+	}
+	if d := time.Since(began); first && d > slowPrepare {
+		c.log.Printf("prepared its data and model in %v; joining in a new session", d.Round(time.Millisecond))
+		return nil, false, errPrepared
 	}
 	if c.su.Config.SecureAggregation {
 		if len(hello.GetBeacon()) != 32 {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/extern/externtest"
@@ -76,4 +77,29 @@ func runConfigExternal(t *testing.T) experiment.Config {
 	c.Model = experiment.External
 	c.Trainer = externtest.Command("")
 	return c
+}
+
+// TestSlowPrepare: a client whose trainer takes longer to start than the
+// server waits for a join (its JoinTimeout) joins in a new session, and
+// does not take the closed one for a lost server.
+func TestSlowPrepare(t *testing.T) {
+	c := runConfig(t, "ldpq", 3, 1)
+	ts := serve(t, ServerConfig{Run: c, JoinTimeout: time.Second}, "127.0.0.1:0")
+	var cs []*testClient
+	for k := range 3 {
+		tr := externtest.Command("")
+		if k == 1 {
+			tr = "sleep 2; " + tr
+		}
+		cs = append(cs, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 3, Trainer: tr}))
+	}
+	if sum := ts.wait(t); sum.Rounds != 1 {
+		t.Errorf("%d rounds, want 1", sum.Rounds)
+	}
+	for _, cl := range cs {
+		cl.wait(t)
+	}
+	if l := cs[1].log.String(); !strings.Contains(l, "joining in a new session") || strings.Contains(l, "no session with the server") {
+		t.Errorf("client 1's log: want it to join in a new session after its slow start:\n%s", l)
+	}
 }
