@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
@@ -226,4 +228,57 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s = %v, want more than 0", name, s[name])
 		}
 	}
+}
+
+// TestSecureMetrics: a secure round times each step of secure
+// aggregation once, counts its masked uploads as uploads, and both sides
+// count the same bytes of the protocol's messages.
+func TestSecureMetrics(t *testing.T) {
+	c := runConfig(t, "ldpq", 5, 1)
+	c.Weighting, c.SecureAggregation = "mean", true
+	sm, cm := NewServerMetrics(), NewClientMetrics()
+	ts := serve(t, ServerConfig{Run: c, Metrics: sm}, "127.0.0.1:0")
+	var cs []*testClient
+	for k := range 5 {
+		cs = append(cs, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 5, Metrics: cm}))
+	}
+	ts.wait(t)
+	for _, cl := range cs {
+		cl.wait(t)
+	}
+	s, cl := gather(t, sm.Registry()), gather(t, cm.Registry())
+	checks := map[string]float64{
+		"fedpq_server_uploads_total":                              5,
+		"fedpq_client_uploads_total":                              5,
+		`fedpq_server_received_bytes_total{kind="secagg_keys"}`:   cl[`fedpq_client_sent_bytes_total{kind="secagg_keys"}`],
+		`fedpq_server_received_bytes_total{kind="secagg_reveal"}`: cl[`fedpq_client_sent_bytes_total{kind="secagg_reveal"}`],
+		`fedpq_server_sent_bytes_total{kind="secagg_inbox"}`:      cl[`fedpq_client_received_bytes_total{kind="secagg_inbox"}`],
+	}
+	for _, step := range securePhases {
+		checks[fmt.Sprintf("fedpq_server_phase_seconds_count{phase=%q}", step)] = 1
+	}
+	for name, want := range checks {
+		got, ok := s[name]
+		if strings.HasPrefix(name, "fedpq_client_") {
+			got, ok = cl[name]
+		}
+		if !ok || got != want {
+			t.Errorf("%s = %v (present: %v), want %v", name, got, ok, want)
+		}
+	}
+	if s[`fedpq_server_received_bytes_total{kind="secagg_keys"}`] <= 0 {
+		t.Error("no bytes of secure aggregation's keys counted")
+	}
+}
+
+// gather is a registry's metrics as scrape reads them, served for the
+// test.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	m, err := ServeMonitor("127.0.0.1:0", reg, func() error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	return scrape(t, "http://"+m.Addr())
 }
