@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
@@ -94,9 +93,9 @@ func TestMetrics(t *testing.T) {
 		t.Cleanup(func() { m.Close() })
 		return "http://" + m.Addr()
 	}
-	srvURL := serveMon(ServeMonitor("127.0.0.1:0", sm.Registry(), sm.Ready))
-	cliURL := serveMon(ServeMonitor("127.0.0.1:0", cm.Registry(), cm.Ready))
-	failedURL := serveMon(ServeMonitor("127.0.0.1:0", failed.Registry(), failed.Ready))
+	srvURL := serveMon(ServeMonitor("127.0.0.1:0", sm))
+	cliURL := serveMon(ServeMonitor("127.0.0.1:0", cm))
+	failedURL := serveMon(ServeMonitor("127.0.0.1:0", failed))
 	for _, u := range []string{srvURL, cliURL, failedURL} {
 		if code, body := get(t, u+"/healthz"); code != http.StatusOK {
 			t.Errorf("%s/healthz: %d %q", u, code, body)
@@ -246,7 +245,7 @@ func TestSecureMetrics(t *testing.T) {
 	for _, cl := range cs {
 		cl.wait(t)
 	}
-	s, cl := gather(t, sm.Registry()), gather(t, cm.Registry())
+	s, cl := gather(t, sm), gather(t, cm)
 	checks := map[string]float64{
 		"fedpq_server_uploads_total":                              5,
 		"fedpq_client_uploads_total":                              5,
@@ -271,14 +270,13 @@ func TestSecureMetrics(t *testing.T) {
 	}
 }
 
-// gather is a registry's metrics as scrape reads them, served for the
-// test.
-func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+// gather is the metrics of m as scrape reads them, served for the test.
+func gather(t *testing.T, m Monitored) map[string]float64 {
 	t.Helper()
-	m, err := ServeMonitor("127.0.0.1:0", reg, func() error { return nil })
+	mon, err := ServeMonitor("127.0.0.1:0", m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	return scrape(t, "http://"+m.Addr())
+	defer mon.Close()
+	return scrape(t, "http://"+mon.Addr())
 }

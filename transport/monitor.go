@@ -23,26 +23,32 @@ type Monitor struct {
 	lis net.Listener
 }
 
-// ServeMonitor listens on addr (host:port; port 0 picks one) and serves g
-// and ready there until Close.
-func ServeMonitor(addr string, g prometheus.Gatherer, ready func() error) (*Monitor, error) {
+// Monitored is what a Monitor serves: a ServerMetrics or a ClientMetrics.
+type Monitored interface {
+	Registry() *prometheus.Registry
+	Ready() error
+}
+
+// ServeMonitor listens on addr (host:port; port 0 picks one) and serves m
+// there until Close.
+func ServeMonitor(addr string, m Monitored) (*Monitor, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := ready(); err != nil {
+		if err := m.Ready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	m := &Monitor{lis: lis, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
-	go m.srv.Serve(lis) // returns ErrServerClosed at Close
-	return m, nil
+	mon := &Monitor{lis: lis, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	go mon.srv.Serve(lis) // returns ErrServerClosed at Close
+	return mon, nil
 }
 
 // Addr is the address the monitor listens on.
