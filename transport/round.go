@@ -240,6 +240,11 @@ wait:
 			s.log.Printf("round %d: deadline passed", t)
 			break wait
 		case <-ctx.Done():
+			// Stopping: the round is abandoned (the checkpoint is the
+			// last complete round's), and no one is awaited in it.
+			s.mu.Lock()
+			s.round = nil
+			s.mu.Unlock()
 			return report.Round{}, ctx.Err()
 		}
 	}

@@ -291,7 +291,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 
 	err := s.run(ctx)
 	if errors.Is(err, context.Canceled) {
-		s.log.Printf("stopping after round %d of %d: its checkpoint in %s is kept, and the server started again with the same configuration resumes from it",
+		s.log.Printf("told to stop: stopping after round %d of %d; its checkpoint in %s is kept, and the server started again with the same configuration resumes from it",
 			s.eng.Done(), s.eng.Rounds(), s.cfg.Run.Dir())
 		err = fmt.Errorf("stopped after round %d; its checkpoint is kept, and the server resumes from it when started again: %w", s.eng.Done(), err)
 	}

@@ -155,7 +155,6 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	context.AfterFunc(ctx, func() { logger.Printf("told to stop (SIGTERM or SIGINT): stopping") })
 	s, err := srv.Serve(ctx, lis, opts...)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {

@@ -100,7 +100,7 @@ func TestSignalStopsAndResumes(t *testing.T) {
 	if err := server.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	server.await(t, `stopping after round 1 of 3: its checkpoint in .* is kept`, 10*time.Second)
+	server.await(t, `told to stop: stopping after round 1 of 3; its checkpoint in .* is kept`, 10*time.Second)
 	if err := server.wait(t, 10*time.Second); err != nil {
 		t.Fatalf("the server signalled mid-round: %v, want exit status 0", err)
 	}
