@@ -8,6 +8,7 @@ package transport
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -63,7 +64,12 @@ type ServerConfig struct {
 	// Roster, if not nil, is the only identities that may join, each as
 	// the client id it is enrolled for.
 	Roster Roster
-	Log    *log.Logger
+	// TLS, if not nil, is the server's TLS configuration (its certificate):
+	// clients must speak TLS. The server logs clients that do not, and
+	// those that refuse its certificate; without TLS, clients that expect
+	// it. (Give TLS here, not as a grpc.Creds option of Serve.)
+	TLS *tls.Config
+	Log *log.Logger
 	// Progress, if not nil, sees every round once it is checkpointed.
 	Progress func(report.Round)
 }
@@ -87,6 +93,7 @@ type Server struct {
 	pending  int                  // streams that have not joined (yet)
 	joined   map[uint32]time.Time // when each id last joined
 	refusals logWindow            // refused joins, logged at a bounded rate
+	tlsLog   logWindow            // TLS mismatches, logged at a bounded rate
 	sessions map[uint32]*session
 	changed  chan struct{} // closed, and replaced, whenever sessions or the round change
 	round    *serverRound  // the round under way, or nil
@@ -267,7 +274,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second}),
 	)
-	lis = netutil.LimitListener(lis, s.MaxConns())
+	lis, opts = s.withTLS(netutil.LimitListener(lis, s.MaxConns()), opts)
 	gs := grpc.NewServer(opts...)
 	pb.RegisterFederationServer(gs, s)
 	errc := make(chan error, 1)

@@ -36,7 +36,8 @@ const (
 	// rejoinInterval is the least time between two joins of one id: a
 	// client that reconnects in a loop cannot flood the log either.
 	rejoinInterval = time.Second
-	// loggedJoinRefusals is how many refused joins are logged a minute.
+	// loggedJoinRefusals is how many refused joins (and, apart, TLS
+	// mismatches) are logged a minute.
 	loggedJoinRefusals = 10
 )
 
@@ -60,6 +61,21 @@ func (w *logWindow) log(now time.Time, limit int) (ok bool, missed int) {
 		return false, missed
 	}
 	return true, missed
+}
+
+// logBounded logs an event of the kind w counts, unless loggedJoinRefusals
+// of them were logged in the last minute; it says how many were not. s.mu
+// must not be held.
+func (s *Server) logBounded(w *logWindow, kind, format string, args ...any) {
+	s.mu.Lock()
+	ok, missed := w.log(time.Now(), loggedJoinRefusals)
+	s.mu.Unlock()
+	if missed > 0 {
+		s.log.Printf("%d more %s in the last minute were not logged", missed, kind)
+	}
+	if ok {
+		s.log.Printf(format, args...)
+	}
 }
 
 // session is one connected client.
@@ -130,15 +146,7 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 	}
 	sess, err := s.join(ctx, m.GetJoin(), challenge, addr)
 	if err != nil {
-		s.mu.Lock()
-		ok, missed := s.refusals.log(time.Now(), loggedJoinRefusals)
-		s.mu.Unlock()
-		if missed > 0 {
-			s.log.Printf("%d more refused joins in the last minute were not logged", missed)
-		}
-		if ok {
-			s.log.Printf("refused a client at %s: %v", addr, err)
-		}
+		s.logBounded(&s.refusals, "refused joins", "refused a client at %s: %v", addr, err)
 		return err
 	}
 	s.admitted()

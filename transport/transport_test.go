@@ -19,7 +19,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -582,23 +581,6 @@ func TestRoster(t *testing.T) {
 	if !strings.Contains(b.log.String(), "a pair's") {
 		t.Errorf("client 1 did not pair with its rightful partner:\n%s", b.log)
 	}
-}
-
-// TestTLS: a client that checks the server's certificate takes part; one
-// that does not speak TLS cannot.
-func TestTLS(t *testing.T) {
-	cert, pool := selfSigned(t)
-	c := runConfig(t, "ldpq", 1, 1)
-	ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0", grpc.Creds(credentials.NewServerTLSFromCert(&cert)))
-	plain := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 1, RetryFor: time.Second})
-	ended(t, plain.done, "client")
-	if plain.err == nil {
-		t.Error("a plaintext client joined a TLS server")
-	}
-	cl := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 1,
-		Creds: credentials.NewClientTLSFromCert(pool, "localhost")})
-	ts.wait(t)
-	cl.wait(t)
 }
 
 // TestMatchesSimulation: without a mechanism's noise, a deployed run and

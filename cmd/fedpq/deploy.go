@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -125,14 +124,13 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		cfg.Roster = r
 	}
-	var opts []grpc.ServerOption
 	switch {
 	case *cert != "" && *key != "":
 		pair, err := tls.LoadX509KeyPair(*cert, *key)
 		if err != nil {
 			return err
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13})))
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13}
 	case *cert != "" || *key != "":
 		return badValue{errors.New("--tls-cert and --tls-key go together")}
 	default:
@@ -146,7 +144,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	s, err := srv.Serve(ctx, lis, opts...)
+	s, err := srv.Serve(ctx, lis)
 	if err != nil {
 		return err
 	}
