@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,9 +44,10 @@ type ServerConfig struct {
 	// after it a round goes on with the clients connected, so that one
 	// client gone for good does not stall the run (default 2 minutes).
 	Grace time.Duration
-	// MaxWait, if positive, bounds the wait for an explicit MinClients:
-	// after it the server stops with an error naming who is missing,
-	// rather than wait for ever.
+	// MaxWait, if positive, bounds a round's wait for the clients it
+	// needs (MinClients; with the whole fleet, after Grace, one): after it
+	// the server stops with an error naming who is missing, rather than
+	// wait for ever. With the whole fleet it must exceed Grace.
 	MaxWait time.Duration
 	// RoundTimeout is each round's deadline: the round ends with the
 	// uploads received by then.
@@ -130,6 +132,9 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	if cfg.JoinTimeout == 0 {
 		cfg.JoinTimeout = 10 * time.Second
 	}
+	if fleet && cfg.MaxWait > 0 && cfg.MaxWait <= cfg.Grace {
+		return nil, fmt.Errorf("max-wait %v must exceed grace %v: with min-clients 0 a round waits the grace for the whole fleet, then for at least one client up to max-wait", cfg.MaxWait, cfg.Grace)
+	}
 	if cfg.Grace < 0 || cfg.KeyShareTimeout < 0 || cfg.JoinTimeout < 0 {
 		return nil, fmt.Errorf("grace %v, key-share timeout %v and join timeout %v must be positive", cfg.Grace, cfg.KeyShareTimeout, cfg.JoinTimeout)
 	}
@@ -170,7 +175,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	resume, err := resumable(c.Dir(), y)
+	resume, err := resumable(c.Dir(), y, c.Rounds)
 	if err != nil {
 		return nil, err
 	}
@@ -223,10 +228,13 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 }
 
 // resumable reports whether dir holds a checkpoint of the run whose
-// configuration is y. A checkpoint of another run is an error, not
-// something to overwrite.
-func resumable(dir string, y []byte) (bool, error) {
-	if _, err := os.Stat(filepath.Join(dir, experiment.CheckpointFile)); err != nil {
+// configuration is y, with rounds left of its rounds. A checkpoint of
+// another run is an error that names the settings that differ, not
+// something to overwrite; a run that is over is a *FinishedError, not
+// something to replay.
+func resumable(dir string, y []byte, rounds int) (bool, error) {
+	path := filepath.Join(dir, experiment.CheckpointFile)
+	if _, err := os.Stat(path); err != nil {
 		return false, nil
 	}
 	old, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
@@ -234,9 +242,33 @@ func resumable(dir string, y []byte) (bool, error) {
 		return false, fmt.Errorf("%s has a checkpoint but no config.yaml: %w", dir, err)
 	}
 	if string(old) != string(y) {
-		return false, fmt.Errorf("%s holds a checkpoint of another configuration: remove it or choose another --out", dir)
+		diff, err := experiment.Diff(old, y)
+		if err != nil {
+			return false, fmt.Errorf("%s holds a checkpoint of another configuration (%v): give this run its own --out, or remove %s to start over", dir, err, dir)
+		}
+		return false, fmt.Errorf("%s holds a checkpoint of another configuration (%s): give this run its own --out, or remove %s to start over",
+			dir, strings.Join(diff, "; "), dir)
+	}
+	st, err := fl.LoadState(path)
+	if err != nil {
+		return false, err
+	}
+	if st.Round >= rounds {
+		return false, &FinishedError{Dir: dir, Rounds: st.Round}
 	}
 	return true, nil
+}
+
+// FinishedError is a server started on the directory of a run that is
+// over: it has nothing to do, and says where the run's results are.
+type FinishedError struct {
+	Dir    string
+	Rounds int
+}
+
+func (e *FinishedError) Error() string {
+	return fmt.Sprintf("the run in %s finished earlier, after %d rounds (its summary: %s; metrics.jsonl beside it), and was not run again: to run it again, give it another --out, or remove %s",
+		e.Dir, e.Rounds, filepath.Join(e.Dir, report.SummaryFile), e.Dir)
 }
 
 // short is the first bytes of a model's hash, for the log.

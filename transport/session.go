@@ -226,6 +226,8 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 	switch {
 	case j == nil:
 		return nil, status.Error(codes.InvalidArgument, "the first message must be a Join")
+	case s.cfg.Token != "" && j.GetToken() == "":
+		return nil, status.Errorf(codes.PermissionDenied, "client %d: no join token, and this server requires one: --token or $FEDPQ_TOKEN", j.GetClient())
 	case s.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(j.GetToken()), []byte(s.cfg.Token)) != 1:
 		return nil, status.Errorf(codes.PermissionDenied, "client %d: wrong join token", j.GetClient())
 	case int(j.GetClients()) != n:

@@ -340,6 +340,7 @@ func TestRefusals(t *testing.T) {
 		errSubstr string
 	}{
 		{"wrong token", 0, 4, "nope", true, codes.PermissionDenied, "wrong join token"},
+		{"no token", 0, 4, "", true, codes.PermissionDenied, "no join token, and this server requires one: --token or $FEDPQ_TOKEN"},
 		{"unknown client", 7, 4, token, true, codes.PermissionDenied, "unknown client 7"},
 		{"other partition", 0, 5, token, true, codes.InvalidArgument, "partition of 5"},
 		{"bad signature", 0, 4, token, false, codes.PermissionDenied, "join signature"},

@@ -52,7 +52,9 @@ server never sees them), collects the encoded uploads until all are in or the
 round's deadline, aggregates them, evaluates, checkpoints, and writes the same
 metrics.jsonl and summary.json as fedpq run.
 
-The run's settings are those of fedpq run: a YAML file (--config) and flags.
+The run's settings are those of fedpq run, a YAML file (--config) and flags,
+but for the simulation's own (dropout, shuffle, data, client_column,
+workers), which the server refuses as flags.
 Where the run partitions a shared dataset, the server needs the dataset's
 test set (--data-dir) and each client holds its own partition. Where the
 clients bring their own data (--test-data), the server reads only the
@@ -71,8 +73,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on (host:port; :7070 for every interface)")
 	minClients := fs.Int("min-clients", 0, "clients connected before a round starts (0: all, for up to --grace)")
 	gather := fs.Duration("gather", 5*time.Second, "once min-clients are connected, how long to wait for the others")
-	grace := fs.Duration("grace", 2*time.Minute, "with min-clients 0, how long a round waits for missing clients before it goes on with those connected")
-	maxWait := fs.Duration("max-wait", 0, "with an explicit min-clients, how long a round waits for them before the server stops with an error (0: for ever)")
+	grace := fs.Duration("grace", 2*time.Minute, "with min-clients 0, how long a round waits for missing clients before it goes on at once with those connected (with none, it waits for the first, then --gather for the rest)")
+	maxWait := fs.Duration("max-wait", 0, "how long a round waits for the clients it needs (min-clients; with min-clients 0, after --grace, a first one) before the server stops with an error naming who is missing, its checkpoint kept (0: for ever)")
 	timeout := fs.Duration("round-timeout", 10*time.Minute, "deadline of each round: it ends with the uploads it has")
 	keyShares := fs.Duration("key-share-timeout", 30*time.Second, "how long a paired client has to send its key share before its partner encodes alone (at most half the round)")
 	joinTimeout := fs.Duration("join-timeout", 10*time.Second, "how long a connection has to join before it is closed")
@@ -89,7 +91,10 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			c.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 		}
 	}
-	if err := bindConfig(fs, &c); err != nil {
+	if err := bindConfig(fs, &c, notServed); err != nil {
+		return err
+	}
+	if err := refuseNotServed(args); err != nil {
 		return err
 	}
 	if err := parse(fs, args); err != nil {
