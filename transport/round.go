@@ -87,7 +87,7 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 			}
 			if n == s.cfg.Run.Clients || time.Since(since) >= s.cfg.Gather {
 				if atGrace == 0 && n < s.cfg.Run.Clients {
-					s.log.Printf("round %d: going on with %d of %d clients, the first connected after waiting %v (--grace %v, then --gather %v); missing %s",
+					s.log.Printf("round %d: going on with %d of %d clients after waiting %v (--grace %v ran out with none connected, then --gather %v after the first); missing %s",
 						s.eng.Done()+1, n, s.cfg.Run.Clients, waited.Round(100*time.Millisecond), s.cfg.Grace, s.cfg.Gather, missing)
 				}
 				break

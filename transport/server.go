@@ -170,7 +170,10 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	}
 	// The configuration as run, its partition and model resolved: what
 	// config.yaml records, the clients are sent, and the run id hashes.
+	// Its directory is recorded as such, so that the same run started with
+	// --out of its directory or without one is one run.
 	c = su.Config
+	c.Out = filepath.Clean(c.Dir())
 	y, err := c.YAML()
 	if err != nil {
 		return nil, err
