@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 )
 
 // TLS as operators meet it: certificates that hold the names and
@@ -188,6 +190,9 @@ func (l *lastError) take() error {
 // more, as the other kind of client). Any other error it returns as it is:
 // a server that is down or restarting, which the client waits for.
 func (c *Client) diagnose(ctx context.Context, err error) error {
+	if status.Code(err) != codes.Unavailable {
+		return err // the server answered: it speaks what the client does
+	}
 	if c.handshake == nil { // a plain client
 		if speaksTLS(ctx, c.cfg.Server) {
 			return &tlsMismatch{fmt.Sprintf("the server at %s speaks TLS, and this client does not: give it --tls-ca CA.pem (the CA that signed the server's certificate: fedpq cert writes ca.pem) or --tls (the system's CAs) (%v)", c.cfg.Server, err)}

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +144,29 @@ func TestTLSMismatch(t *testing.T) {
 				t.Errorf("server log does not say %q:\n%s", tc.server, ts.log)
 			}
 		})
+	}
+}
+
+// TestTLSMismatchBounded: a flood of plain-text connections to a TLS
+// server is logged at most loggedJoinRefusals times a minute.
+func TestTLSMismatchBounded(t *testing.T) {
+	cfg, _ := testCerts(t, "127.0.0.1")
+	ts := serve(t, ServerConfig{Run: runConfig(t, "ldpq", 1, 1), TLS: cfg}, "127.0.0.1:0")
+	for range 3 * loggedJoinRefusals {
+		conn, err := net.Dial("tcp", ts.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+		io.ReadAll(conn) // until the server closes it
+		conn.Close()
+	}
+	// Each is logged after its connection is closed: wait for the ten.
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(ts.log.String(), "does not speak TLS") < loggedJoinRefusals && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := strings.Count(ts.log.String(), "does not speak TLS"); n != loggedJoinRefusals {
+		t.Errorf("%d connections in plain text logged %d times, want %d:\n%s", 3*loggedJoinRefusals, n, loggedJoinRefusals, ts.log)
 	}
 }
