@@ -231,6 +231,9 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 		Signature: ed25519.Sign(c.cfg.Key, joinSigned(hello.GetRunId(), hello.GetChallenge(), id)),
 		Token:     c.cfg.Token, Examples: uint64(len(c.su.Clients[0])),
 	}}})
+	if errors.Is(err, io.EOF) {
+		_, err = stream.Recv() // why the server ended the stream
+	}
 	if err != nil {
 		return nil, false, err
 	}

@@ -141,6 +141,9 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 		return err
 	}
 	m, err := recvWithin(stream, s.cfg.JoinTimeout)
+	if status.Code(err) == codes.DeadlineExceeded {
+		s.logBounded(&s.refusals, "refused joins", "closed a connection from %s: %v (a client that loads its data for longer joins on its next connection)", addr, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -719,6 +719,9 @@ func TestJoinLimits(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("idle streams closed after %v, want about 3s", d)
 	}
+	if !strings.Contains(ts.log.String(), "no Join within 3s (a client that loads its data for longer joins on its next connection)") {
+		t.Errorf("the server did not log the streams it closed:\n%s", ts.log)
+	}
 	cl := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 1})
 	ts.wait(t)
 	cl.wait(t)
