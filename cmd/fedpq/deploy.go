@@ -80,8 +80,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	joinTimeout := fs.Duration("join-timeout", 10*time.Second, "how long a connection has to join before it is closed")
 	token := fs.String("token", "", "join token clients must present (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "file of enrolled clients' identity keys (fedpq keygen prints the lines)")
-	cert := fs.String("tls-cert", "", "TLS certificate (PEM); without it the connection is not encrypted")
-	key := fs.String("tls-key", "", "TLS private key (PEM)")
+	cert := fs.String("tls-cert", "", "TLS certificate (PEM; fedpq cert writes one, server.pem), holding every name and address clients dial; without it the connection is not encrypted")
+	key := fs.String("tls-key", "", "TLS private key (PEM; fedpq cert's server.key)")
 	format := fs.String("format", "text", "output: text or json (the summary)")
 	if path := findConfig(args); path != "" {
 		if err := loadConfig(path, &c); err != nil {
@@ -236,9 +236,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	keyPath := fs.String("key", "", "identity key (fedpq keygen); default: client-K-of-N.key (client-K.key with --data) in the user's config directory (fedpq/), made on first use")
 	token := fs.String("token", "", "the server's join token (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "roster file: check partners' key shares against it, not against the server's word")
-	ca := fs.String("tls-ca", "", "CA certificate (PEM) to check the server's TLS certificate with")
+	ca := fs.String("tls-ca", "", "CA certificate (PEM) to check the server's TLS certificate with (fedpq cert's ca.pem)")
 	useTLS := fs.Bool("tls", false, "use TLS with the system's CAs")
-	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against (default: the host of --server)")
+	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against, where --server dials another (an address, a port-forward); default: the host of --server")
 	seed := fs.String("seed", "", "seed the client's randomness (tests only: a deployment draws it from the system)")
 	retry := fs.Duration("retry-for", 5*time.Minute, "how long to keep reconnecting to a lost server")
 	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state (client-K.state with --data) beside the default key")
