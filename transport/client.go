@@ -74,18 +74,21 @@ type ClientConfig struct {
 
 // Client is one federated client.
 type Client struct {
-	cfg    ClientConfig
-	secret []byte
-	log    *log.Logger
-	yaml   string // the run's configuration, from the first Hello
-	su     *experiment.Setup
-	m      mech.Mechanism
-	tr     fl.Trainer
-	specs  []model.TensorSpec
-	params int
-	policy ClientPolicy
-	state  *clientState
-	beacon [32]byte // the run's beacon commitment, secure runs
+	cfg   ClientConfig
+	creds credentials.TransportCredentials
+	// handshake, for a TLS client, is why its last TLS handshake failed.
+	handshake *lastError
+	secret    []byte
+	log       *log.Logger
+	yaml      string // the run's configuration, from the first Hello
+	su        *experiment.Setup
+	m         mech.Mechanism
+	tr        fl.Trainer
+	specs     []model.TensorSpec
+	params    int
+	policy    ClientPolicy
+	state     *clientState
+	beacon    [32]byte // the run's beacon commitment, secure runs
 	// last is the client's last plain upload, of run lastRun: what it
 	// sends again if a restarted server asks for that round again.
 	last    *pb.Upload
@@ -107,7 +110,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Log == nil {
 		cfg.Log = log.New(os.Stderr, fmt.Sprintf("fedpq client %d: ", cfg.ID), log.LstdFlags)
 	}
-	c := &Client{cfg: cfg, secret: cfg.Secret, log: cfg.Log, policy: cfg.Policy}
+	c := &Client{cfg: cfg, creds: cfg.Creds, secret: cfg.Secret, log: cfg.Log, policy: cfg.Policy}
+	if cfg.Creds.Info().SecurityProtocol == "tls" {
+		c.handshake = &lastError{}
+		c.creds = handshakes{cfg.Creds, c.handshake}
+	}
 	if c.policy.SecAgg == (secagg.Policy{}) {
 		c.policy.SecAgg = DefaultClientPolicy.SecAgg
 	}
@@ -169,10 +176,12 @@ func (c *Client) Run(ctx context.Context) (fin *pb.Finished, err error) {
 }
 
 // permanent reports an error that reconnecting will not cure: the server
-// refused the client, or the client cannot do what the run asks.
+// refused the client, the client cannot do what the run asks, or it and
+// the server disagree on TLS.
 func permanent(err error) bool {
 	var local *setupError
-	if errors.As(err, &local) {
+	var mismatch *tlsMismatch
+	if errors.As(err, &local) || errors.As(err, &mismatch) {
 		return true
 	}
 	switch status.Code(err) {
@@ -201,7 +210,7 @@ func (e *setupError) Unwrap() error { return e.err }
 func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, err error) {
 	// Keepalive pings find a server that vanished without closing the
 	// connection; the server accepts a ping every 20 s at most.
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(c.cfg.Creds),
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(c.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute, Timeout: 20 * time.Second})}
 	if h := c.cfg.Metrics.stats(); h != nil {
@@ -216,11 +225,11 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	defer cancel()
 	stream, err := pb.NewFederationClient(conn).Session(ctx)
 	if err != nil {
-		return nil, false, err
+		return nil, false, c.diagnose(ctx, err)
 	}
 	m, err := stream.Recv()
 	if err != nil {
-		return nil, false, err
+		return nil, false, c.diagnose(ctx, err)
 	}
 	hello := m.GetHello()
 	if hello == nil {
@@ -249,6 +258,9 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 		Signature: ed25519.Sign(c.cfg.Key, joinSigned(hello.GetRunId(), hello.GetChallenge(), id)),
 		Token:     c.cfg.Token, Examples: uint64(len(c.su.Clients[0])),
 	}}})
+	if errors.Is(err, io.EOF) {
+		_, err = stream.Recv() // why the server ended the stream
+	}
 	if err != nil {
 		return nil, false, err
 	}

@@ -50,50 +50,57 @@ const (
 // gather waits for the clients a round needs, MinClients connected, and
 // then up to Gather for the rest, and returns the ids of those connected.
 // With the default minimum (the whole fleet) it waits up to Grace, then
-// goes on with those it has. While it waits it logs, every 30 s, who is
-// missing.
+// goes on at once with those it has, or, with none, waits for the first
+// and then up to Gather for the rest.
+// MaxWait, if positive, bounds the wait for the clients needed (the first
+// one, after Grace): then the server stops with an error naming who is
+// missing. While it waits it logs, every 30 s, who is missing and what it
+// will do.
 func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 	start := time.Now()
 	var since, logged time.Time
+	atGrace := -1 // how many were connected when the grace ran out
 	for {
 		s.mu.Lock()
 		n, ch := len(s.sessions), s.changed
 		missing := s.missing()
 		s.mu.Unlock()
+		waited := time.Since(start)
 		need, graceLeft := s.cfg.MinClients, time.Duration(0)
 		if s.fleet {
-			if graceLeft = s.cfg.Grace - time.Since(start); graceLeft <= 0 {
+			if graceLeft = s.cfg.Grace - waited; graceLeft <= 0 {
 				need = 1
+				if atGrace < 0 {
+					atGrace = n
+				}
 			}
 		}
 		if n >= need {
 			if since.IsZero() {
 				since = time.Now()
 			}
+			if n < s.cfg.Run.Clients && atGrace > 0 {
+				// The grace was the wait for the rest: no Gather after it.
+				s.log.Printf("round %d: going on with %d of %d clients after waiting %v (--grace %v) for %s",
+					s.eng.Done()+1, n, s.cfg.Run.Clients, waited.Round(100*time.Millisecond), s.cfg.Grace, missing)
+				break
+			}
 			if n == s.cfg.Run.Clients || time.Since(since) >= s.cfg.Gather {
-				if n < s.cfg.Run.Clients && need < s.cfg.MinClients {
-					s.log.Printf("round %d: going on with %d of %d clients after waiting %v (--grace) for %s",
-						s.eng.Done()+1, n, s.cfg.Run.Clients, s.cfg.Grace, missing)
+				if atGrace == 0 && n < s.cfg.Run.Clients {
+					s.log.Printf("round %d: going on with %d of %d clients after waiting %v (--grace %v ran out with none connected, then --gather %v after the first); missing %s",
+						s.eng.Done()+1, n, s.cfg.Run.Clients, waited.Round(100*time.Millisecond), s.cfg.Grace, s.cfg.Gather, missing)
 				}
 				break
 			}
 		} else {
 			since = time.Time{}
-			waited := time.Since(start)
-			if !s.fleet && s.cfg.MaxWait > 0 && waited >= s.cfg.MaxWait {
+			if s.cfg.MaxWait > 0 && waited >= s.cfg.MaxWait {
 				return nil, fmt.Errorf("round %d: %d of the %d clients needed connected after waiting %v (--max-wait); missing %s",
 					s.eng.Done()+1, n, need, s.cfg.MaxWait, missing)
 			}
 			if time.Since(logged) >= 30*time.Second {
-				wait := "waiting for them"
-				switch {
-				case graceLeft > 0:
-					wait = fmt.Sprintf("going on with those connected in %v", graceLeft.Round(time.Second))
-				case !s.fleet && s.cfg.MaxWait > 0:
-					wait = fmt.Sprintf("stopping in %v (--max-wait)", (s.cfg.MaxWait - waited).Round(time.Second))
-				}
 				s.log.Printf("round %d: waiting for clients for %v (%d of %d connected, %d needed): missing %s; %s",
-					s.eng.Done()+1, waited.Round(time.Second), n, s.cfg.Run.Clients, need, missing, wait)
+					s.eng.Done()+1, waited.Round(time.Second), n, s.cfg.Run.Clients, need, missing, s.waitPlan(graceLeft, waited))
 				logged = time.Now()
 			}
 		}
@@ -102,8 +109,9 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 			wait = s.cfg.Gather - time.Since(since)
 		} else if graceLeft > 0 {
 			wait = min(wait, graceLeft)
-		} else if !s.fleet && s.cfg.MaxWait > 0 {
-			wait = min(wait, s.cfg.MaxWait-time.Since(start))
+		}
+		if since.IsZero() && s.cfg.MaxWait > 0 {
+			wait = min(wait, s.cfg.MaxWait-waited)
 		}
 		select {
 		case <-ch:
@@ -120,6 +128,19 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 	}
 	slices.Sort(ids)
 	return ids, nil
+}
+
+// waitPlan says what a round waiting for clients will do next.
+func (s *Server) waitPlan(graceLeft, waited time.Duration) string {
+	switch {
+	case graceLeft > 0:
+		return fmt.Sprintf("going on with those connected in %v", graceLeft.Round(time.Second))
+	case s.cfg.MaxWait > 0:
+		return fmt.Sprintf("stopping in %v (--max-wait)", (s.cfg.MaxWait - waited).Round(time.Second))
+	case s.fleet:
+		return "going on as soon as one connects; waiting for ever (--max-wait bounds it)"
+	}
+	return "waiting for ever (--max-wait bounds it)"
 }
 
 // missing names the clients not connected, the first ten of them. s.mu is

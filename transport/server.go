@@ -8,6 +8,7 @@ package transport
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,9 +44,10 @@ type ServerConfig struct {
 	// after it a round goes on with the clients connected, so that one
 	// client gone for good does not stall the run (default 2 minutes).
 	Grace time.Duration
-	// MaxWait, if positive, bounds the wait for an explicit MinClients:
-	// after it the server stops with an error naming who is missing,
-	// rather than wait for ever.
+	// MaxWait, if positive, bounds a round's wait for the clients it
+	// needs (MinClients; with the whole fleet, after Grace, one): after it
+	// the server stops with an error naming who is missing, rather than
+	// wait for ever. With the whole fleet it must exceed Grace.
 	MaxWait time.Duration
 	// RoundTimeout is each round's deadline: the round ends with the
 	// uploads received by then.
@@ -63,7 +66,12 @@ type ServerConfig struct {
 	// Roster, if not nil, is the only identities that may join, each as
 	// the client id it is enrolled for.
 	Roster Roster
-	Log    *log.Logger
+	// TLS, if not nil, is the server's TLS configuration (its certificate):
+	// clients must speak TLS. The server logs clients that do not, and
+	// those that refuse its certificate; without TLS, clients that expect
+	// it. (Give TLS here, not as a grpc.Creds option of Serve.)
+	TLS *tls.Config
+	Log *log.Logger
 	// Metrics, if not nil, counts what the server does, for Prometheus.
 	Metrics *ServerMetrics
 	// Progress, if not nil, sees every round once it is checkpointed.
@@ -89,6 +97,7 @@ type Server struct {
 	pending  int                  // streams that have not joined (yet)
 	joined   map[uint32]time.Time // when each id last joined
 	refusals logWindow            // refused joins, logged at a bounded rate
+	tlsLog   logWindow            // TLS mismatches, logged at a bounded rate
 	sessions map[uint32]*session
 	changed  chan struct{} // closed, and replaced, whenever sessions or the round change
 	round    *serverRound  // the round under way, or nil
@@ -125,6 +134,9 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	if cfg.JoinTimeout == 0 {
 		cfg.JoinTimeout = 10 * time.Second
 	}
+	if fleet && cfg.MaxWait > 0 && cfg.MaxWait <= cfg.Grace {
+		return nil, fmt.Errorf("max-wait %v must exceed grace %v: with min-clients 0 a round waits the grace for the whole fleet, then for at least one client up to max-wait", cfg.MaxWait, cfg.Grace)
+	}
 	if cfg.Grace < 0 || cfg.KeyShareTimeout < 0 || cfg.JoinTimeout < 0 {
 		return nil, fmt.Errorf("grace %v, key-share timeout %v and join timeout %v must be positive", cfg.Grace, cfg.KeyShareTimeout, cfg.JoinTimeout)
 	}
@@ -160,12 +172,15 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	}
 	// The configuration as run, its partition and model resolved: what
 	// config.yaml records, the clients are sent, and the run id hashes.
+	// Its directory is recorded as such, so that the same run started with
+	// --out of its directory or without one is one run.
 	c = su.Config
+	c.Out = filepath.Clean(c.Dir())
 	y, err := c.YAML()
 	if err != nil {
 		return nil, err
 	}
-	resume, err := resumable(c.Dir(), y)
+	resume, err := resumable(c.Dir(), y, c.Rounds)
 	if err != nil {
 		return nil, err
 	}
@@ -225,10 +240,13 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 }
 
 // resumable reports whether dir holds a checkpoint of the run whose
-// configuration is y. A checkpoint of another run is an error, not
-// something to overwrite.
-func resumable(dir string, y []byte) (bool, error) {
-	if _, err := os.Stat(filepath.Join(dir, experiment.CheckpointFile)); err != nil {
+// configuration is y, with rounds left of its rounds. A checkpoint of
+// another run is an error that names the settings that differ, not
+// something to overwrite; a run that is over is a *FinishedError, not
+// something to replay.
+func resumable(dir string, y []byte, rounds int) (bool, error) {
+	path := filepath.Join(dir, experiment.CheckpointFile)
+	if _, err := os.Stat(path); err != nil {
 		return false, nil
 	}
 	old, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
@@ -236,9 +254,33 @@ func resumable(dir string, y []byte) (bool, error) {
 		return false, fmt.Errorf("%s has a checkpoint but no config.yaml: %w", dir, err)
 	}
 	if string(old) != string(y) {
-		return false, fmt.Errorf("%s holds a checkpoint of another configuration: remove it or choose another --out", dir)
+		diff, err := experiment.Diff(old, y)
+		if err != nil {
+			return false, fmt.Errorf("%s holds a checkpoint of another configuration (%v): give this run its own --out, or remove %s to start over", dir, err, dir)
+		}
+		return false, fmt.Errorf("%s holds a checkpoint of another configuration (%s): give this run its own --out, or remove %s to start over",
+			dir, strings.Join(diff, "; "), dir)
+	}
+	st, err := fl.LoadState(path)
+	if err != nil {
+		return false, err
+	}
+	if st.Round >= rounds {
+		return false, &FinishedError{Dir: dir, Rounds: st.Round}
 	}
 	return true, nil
+}
+
+// FinishedError is a server started on the directory of a run that is
+// over: it has nothing to do, and says where the run's results are.
+type FinishedError struct {
+	Dir    string
+	Rounds int
+}
+
+func (e *FinishedError) Error() string {
+	return fmt.Sprintf("the run in %s finished earlier, after %d rounds (its summary: %s; metrics.jsonl beside it), and was not run again: to run it again, give it another --out, or remove %s",
+		e.Dir, e.Rounds, filepath.Join(e.Dir, report.SummaryFile), e.Dir)
 }
 
 // short is the first bytes of a model's hash, for the log.
@@ -279,7 +321,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	if h := s.cfg.Metrics.stats(); h != nil {
 		opts = append(opts, grpc.StatsHandler(h))
 	}
-	lis = netutil.LimitListener(lis, s.MaxConns())
+	lis, opts = s.withTLS(netutil.LimitListener(lis, s.MaxConns()), opts)
 	gs := grpc.NewServer(opts...)
 	pb.RegisterFederationServer(gs, s)
 	errc := make(chan error, 1)

@@ -36,7 +36,8 @@ const (
 	// rejoinInterval is the least time between two joins of one id: a
 	// client that reconnects in a loop cannot flood the log either.
 	rejoinInterval = time.Second
-	// loggedJoinRefusals is how many refused joins are logged a minute.
+	// loggedJoinRefusals is how many refused joins (and, apart, TLS
+	// mismatches) are logged a minute.
 	loggedJoinRefusals = 10
 )
 
@@ -60,6 +61,21 @@ func (w *logWindow) log(now time.Time, limit int) (ok bool, missed int) {
 		return false, missed
 	}
 	return true, missed
+}
+
+// logBounded logs an event of the kind w counts, unless loggedJoinRefusals
+// of them were logged in the last minute; it says how many were not. s.mu
+// must not be held.
+func (s *Server) logBounded(w *logWindow, kind, format string, args ...any) {
+	s.mu.Lock()
+	ok, missed := w.log(time.Now(), loggedJoinRefusals)
+	s.mu.Unlock()
+	if missed > 0 {
+		s.log.Printf("%d more %s in the last minute were not logged", missed, kind)
+	}
+	if ok {
+		s.log.Printf(format, args...)
+	}
 }
 
 // session is one connected client.
@@ -127,6 +143,9 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 		return err
 	}
 	m, err := recvWithin(stream, s.cfg.JoinTimeout)
+	if status.Code(err) == codes.DeadlineExceeded {
+		s.logBounded(&s.refusals, "refused joins", "closed a connection from %s: %v (a client that loads its data for longer joins on its next connection)", addr, err)
+	}
 	if err != nil {
 		s.cfg.Metrics.refusedJoin(err) // no Join in time; a peer that went away is not counted
 		return err
@@ -134,15 +153,7 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 	sess, err := s.join(ctx, m.GetJoin(), challenge, addr)
 	if err != nil {
 		s.cfg.Metrics.refusedJoin(err)
-		s.mu.Lock()
-		ok, missed := s.refusals.log(time.Now(), loggedJoinRefusals)
-		s.mu.Unlock()
-		if missed > 0 {
-			s.log.Printf("%d more refused joins in the last minute were not logged", missed)
-		}
-		if ok {
-			s.log.Printf("refused a client at %s: %v", addr, err)
-		}
+		s.logBounded(&s.refusals, "refused joins", "refused a client at %s: %v", addr, err)
 		return err
 	}
 	s.admitted()
@@ -222,6 +233,8 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 	switch {
 	case j == nil:
 		return nil, status.Error(codes.InvalidArgument, "the first message must be a Join")
+	case s.cfg.Token != "" && j.GetToken() == "":
+		return nil, status.Errorf(codes.PermissionDenied, "client %d: no join token, and this server requires one: --token or $FEDPQ_TOKEN", j.GetClient())
 	case s.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(j.GetToken()), []byte(s.cfg.Token)) != 1:
 		return nil, status.Errorf(codes.PermissionDenied, "client %d: wrong join token", j.GetClient())
 	case int(j.GetClients()) != n:

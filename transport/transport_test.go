@@ -19,7 +19,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -341,6 +340,7 @@ func TestRefusals(t *testing.T) {
 		errSubstr string
 	}{
 		{"wrong token", 0, 4, "nope", true, codes.PermissionDenied, "wrong join token"},
+		{"no token", 0, 4, "", true, codes.PermissionDenied, "no join token, and this server requires one: --token or $FEDPQ_TOKEN"},
 		{"unknown client", 7, 4, token, true, codes.PermissionDenied, "unknown client 7"},
 		{"other partition", 0, 5, token, true, codes.InvalidArgument, "partition of 5"},
 		{"bad signature", 0, 4, token, false, codes.PermissionDenied, "join signature"},
@@ -584,23 +584,6 @@ func TestRoster(t *testing.T) {
 	}
 }
 
-// TestTLS: a client that checks the server's certificate takes part; one
-// that does not speak TLS cannot.
-func TestTLS(t *testing.T) {
-	cert, pool := selfSigned(t)
-	c := runConfig(t, "ldpq", 1, 1)
-	ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0", grpc.Creds(credentials.NewServerTLSFromCert(&cert)))
-	plain := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 1, RetryFor: time.Second})
-	ended(t, plain.done, "client")
-	if plain.err == nil {
-		t.Error("a plaintext client joined a TLS server")
-	}
-	cl := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 1,
-		Creds: credentials.NewClientTLSFromCert(pool, "localhost")})
-	ts.wait(t)
-	cl.wait(t)
-}
-
 // TestMatchesSimulation: without a mechanism's noise, a deployed run and
 // the simulation of the same configuration differ only in the order each
 // client visits its examples, and end within 3 points of accuracy of each
@@ -735,6 +718,9 @@ func TestJoinLimits(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("idle streams closed after %v, want about 3s", d)
+	}
+	if !strings.Contains(ts.log.String(), "no Join within 3s (a client that loads its data for longer joins on its next connection)") {
+		t.Errorf("the server did not log the streams it closed:\n%s", ts.log)
 	}
 	cl := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 1})
 	ts.wait(t)

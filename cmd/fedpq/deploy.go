@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -53,7 +52,9 @@ server never sees them), collects the encoded uploads until all are in or the
 round's deadline, aggregates them, evaluates, checkpoints, and writes the same
 metrics.jsonl and summary.json as fedpq run.
 
-The run's settings are those of fedpq run: a YAML file (--config) and flags.
+The run's settings are those of fedpq run, a YAML file (--config) and flags,
+but for the simulation's own (dropout, shuffle, data, client_column,
+workers), which the server refuses as flags.
 Where the run partitions a shared dataset, the server needs the dataset's
 test set (--data-dir) and each client holds its own partition. Where the
 clients bring their own data (--test-data), the server reads only the
@@ -72,15 +73,15 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on (host:port; :7070 for every interface)")
 	minClients := fs.Int("min-clients", 0, "clients connected before a round starts (0: all, for up to --grace)")
 	gather := fs.Duration("gather", 5*time.Second, "once min-clients are connected, how long to wait for the others")
-	grace := fs.Duration("grace", 2*time.Minute, "with min-clients 0, how long a round waits for missing clients before it goes on with those connected")
-	maxWait := fs.Duration("max-wait", 0, "with an explicit min-clients, how long a round waits for them before the server stops with an error (0: for ever)")
+	grace := fs.Duration("grace", 2*time.Minute, "with min-clients 0, how long a round waits for missing clients before it goes on at once with those connected (with none, it waits for the first, then --gather for the rest)")
+	maxWait := fs.Duration("max-wait", 0, "how long a round waits for the clients it needs (min-clients; with min-clients 0, after --grace, a first one) before the server stops with an error naming who is missing, its checkpoint kept (0: for ever)")
 	timeout := fs.Duration("round-timeout", 10*time.Minute, "deadline of each round: it ends with the uploads it has")
 	keyShares := fs.Duration("key-share-timeout", 30*time.Second, "how long a paired client has to send its key share before its partner encodes alone (at most half the round)")
 	joinTimeout := fs.Duration("join-timeout", 10*time.Second, "how long a connection has to join before it is closed")
 	token := fs.String("token", "", "join token clients must present (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "file of enrolled clients' identity keys (fedpq keygen prints the lines)")
-	cert := fs.String("tls-cert", "", "TLS certificate (PEM); without it the connection is not encrypted")
-	key := fs.String("tls-key", "", "TLS private key (PEM)")
+	cert := fs.String("tls-cert", "", "TLS certificate (PEM; fedpq cert writes one, server.pem), holding every name and address clients dial; without it the connection is not encrypted")
+	key := fs.String("tls-key", "", "TLS private key (PEM; fedpq cert's server.key)")
 	format := fs.String("format", "text", "output: text or json (the summary)")
 	metricsAddr := fs.String("metrics", "", metricsHelp)
 	if path := findConfig(args); path != "" {
@@ -91,7 +92,10 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			c.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 		}
 	}
-	if err := bindConfig(fs, &c); err != nil {
+	if err := bindConfig(fs, &c, notServed); err != nil {
+		return err
+	}
+	if err := refuseNotServed(args); err != nil {
 		return err
 	}
 	if err := parse(fs, args); err != nil {
@@ -126,14 +130,13 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		cfg.Roster = r
 	}
-	var opts []grpc.ServerOption
 	switch {
 	case *cert != "" && *key != "":
 		pair, err := tls.LoadX509KeyPair(*cert, *key)
 		if err != nil {
 			return err
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13})))
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13}
 	case *cert != "" || *key != "":
 		return badValue{errors.New("--tls-cert and --tls-key go together")}
 	default:
@@ -155,7 +158,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	s, err := srv.Serve(ctx, lis, opts...)
+	s, err := srv.Serve(ctx, lis)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			return nil // stopped as asked, its checkpoint kept: Serve logged where
@@ -245,9 +248,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	keyPath := fs.String("key", "", "identity key (fedpq keygen); default: client-K-of-N.key (client-K.key with --data) in the user's config directory (fedpq/), made on first use")
 	token := fs.String("token", "", "the server's join token (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "roster file: check partners' key shares against it, not against the server's word")
-	ca := fs.String("tls-ca", "", "CA certificate (PEM) to check the server's TLS certificate with")
+	ca := fs.String("tls-ca", "", "CA certificate (PEM) to check the server's TLS certificate with (fedpq cert's ca.pem)")
 	useTLS := fs.Bool("tls", false, "use TLS with the system's CAs")
-	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against (default: the host of --server)")
+	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against, where --server dials another (an address, a port-forward); default: the host of --server")
 	seed := fs.String("seed", "", "seed the client's randomness (tests only: a deployment draws it from the system)")
 	retry := fs.Duration("retry-for", 5*time.Minute, "how long to keep reconnecting to a lost server")
 	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state (client-K.state with --data) beside the default key")

@@ -30,7 +30,7 @@ type command struct {
 var commands = map[string]command{}
 
 // order is the order commands are listed in help.
-var order = []string{"run", "server", "client", "keygen", "split", "model", "export", "plot", "dme", "audit", "attack", "mechanisms", "reproduce", "bench"}
+var order = []string{"run", "server", "client", "keygen", "cert", "split", "model", "export", "plot", "dme", "audit", "attack", "mechanisms", "reproduce", "bench"}
 
 func main() {
 	// SIGTERM (an orchestrator's) and SIGINT ask a command to stop

@@ -120,7 +120,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
-	if err := bindConfig(fs, &c); err != nil {
+	if err := bindConfig(fs, &c, nil); err != nil {
 		return err
 	}
 	if err := parse(fs, args); err != nil {
@@ -288,8 +288,8 @@ var yamlOnly = map[string]bool{
 }
 
 // bindConfig defines a flag for every YAML key of c, with c's value as the
-// default.
-func bindConfig(fs *flag.FlagSet, c *experiment.Config) error {
+// default, but the keys in skip (settings the command does not apply).
+func bindConfig(fs *flag.FlagSet, c *experiment.Config, skip map[string]string) error {
 	fields := map[string]reflect.Value{}
 	configFields(reflect.ValueOf(c).Elem(), fields)
 	for k := range yamlOnly {
@@ -301,6 +301,9 @@ func bindConfig(fs *flag.FlagSet, c *experiment.Config) error {
 			return fmt.Errorf("internal: no configuration key %q", kv[0])
 		}
 		delete(fields, kv[0])
+		if _, ok := skip[kv[0]]; ok {
+			continue
+		}
 		name := strings.ReplaceAll(kv[0], "_", "-")
 		switch p := f.Addr().Interface().(type) {
 		case flag.Value:
