@@ -11,6 +11,7 @@ import (
 	"log"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -87,6 +88,9 @@ type Client struct {
 	// sends again if a restarted server asks for that round again.
 	last    *pb.Upload
 	lastRun []byte
+	// fleet, if not nil, is the fleet this client runs in: it shares the
+	// fleet's setup, trainers and workers, and counts into its summary.
+	fleet *Fleet
 }
 
 // NewClient checks cfg.
@@ -231,7 +235,11 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	if m.GetWelcome() == nil {
 		return nil, false, errors.New("the server did not answer the Join with a Welcome")
 	}
-	c.log.Printf("joined %s: run %x, after round %d", c.cfg.Server, hello.GetRunId(), m.GetWelcome().GetRoundsDone())
+	c.routine("joined %s: run %x, after round %d", c.cfg.Server, hello.GetRunId(), m.GetWelcome().GetRoundsDone())
+	if c.fleet != nil {
+		c.fleet.stats.connected.Add(1)
+		defer c.fleet.stats.connected.Add(-1)
+	}
 
 	// Messages are read in their own goroutine, so that a partner's key
 	// can arrive while the client trains.
@@ -272,11 +280,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 				c.log.Printf("round %d: %v", b.RoundStart.GetRound(), err)
 			}
 		case *pb.ServerMessage_Receipt:
-			if r := b.Receipt; r.GetAccepted() {
-				c.log.Printf("round %d: upload accepted", r.GetRound())
-			} else {
-				c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
-			}
+			c.receipt(b.Receipt)
 		case *pb.ServerMessage_Finished:
 			return b.Finished, true, nil
 		}
@@ -312,19 +316,11 @@ func (c *Client) prepare(y string) error {
 	if c.cfg.DataFormat != "" {
 		cfg.DataFormat = c.cfg.DataFormat
 	}
-	su, err := experiment.NewClientSetup(cfg, c.cfg.ID, c.cfg.Data)
+	su, tr, err := c.setup(y, cfg)
 	if err != nil {
 		return &setupError{err}
 	}
-	// A partition leaves the rest of the dataset it was cut from as
-	// garbage: give it back now, not at the scavenger's pace.
-	debug.FreeOSMemory()
 	m, err := mech.New(su.Engine.Mechanism, su.Engine.Mech)
-	if err != nil {
-		su.Close()
-		return &setupError{err}
-	}
-	tr, err := su.Worker()
 	if err != nil {
 		su.Close()
 		return &setupError{err}
@@ -340,8 +336,40 @@ func (c *Client) prepare(y string) error {
 	if su.Pool != nil {
 		trainer = fmt.Sprintf("trainer %q (%s, %d tensors)", cfg.Trainer, su.Pool.Name(), len(c.specs))
 	}
-	c.log.Printf("%s: %d examples; model %s trained by %s, mechanism %s", from, len(su.Clients[0]), cfg.Model, trainer, cfg.Mechanism)
+	c.routine("%s: %d examples; model %s trained by %s, mechanism %s", from, len(su.Clients[0]), cfg.Model, trainer, cfg.Mechanism)
 	return nil
+}
+
+// setup is the client's data, model and trainer: its own, or, in a fleet,
+// its data and the fleet's shared model and trainers.
+func (c *Client) setup(y string, cfg experiment.Config) (*experiment.Setup, fl.Trainer, error) {
+	if c.fleet != nil {
+		return c.fleet.setup(y, cfg, c)
+	}
+	su, err := experiment.NewClientSetup(cfg, c.cfg.ID, c.cfg.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A partition leaves the rest of the dataset it was cut from as
+	// garbage: give it back now, not at the scavenger's pace.
+	debug.FreeOSMemory()
+	tr, err := su.Worker()
+	if err != nil {
+		su.Close()
+		return nil, nil, err
+	}
+	return su, tr, nil
+}
+
+// receipt logs the server's word on an upload.
+func (c *Client) receipt(r *pb.Receipt) {
+	if r.GetAccepted() {
+		c.note(r.GetRound(), func(s *fleetStats) *atomic.Int64 { return &s.accepted })
+		c.routine("round %d: upload accepted", r.GetRound())
+		return
+	}
+	c.note(r.GetRound(), func(s *fleetStats) *atomic.Int64 { return &s.refused })
+	c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
 }
 
 // lossPrivate reports whether a run's clients keep their training loss to
@@ -363,6 +391,9 @@ func (e *badRound) Error() string { return e.err.Error() }
 // round (the next round's start, or the end).
 func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, rs *pb.RoundStart) (*pb.ServerMessage, error) {
 	t := rs.GetRound()
+	if c.fleet != nil {
+		c.fleet.stats.begin(t)
+	}
 	switch {
 	case c.state.answered(runID, t):
 		// A server that restarted asks again for the round it lost. A
@@ -447,12 +478,13 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 			return nil, err
 		}
 	}
-	payloads, err := fl.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot)
+	var payloads [][]byte
+	c.busy(func() { payloads, err = fl.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot) })
 	if err != nil {
 		return next, &badRound{err}
 	}
 	if rs.GetSecagg() != nil {
-		c.log.Printf("round %d: trained in %v (loss %.4f), encoded as %s; secure aggregation", t, trained.Round(time.Millisecond), loss, role(slot))
+		c.routine("round %d: trained in %v (loss %.4f), encoded as %s; secure aggregation", t, trained.Round(time.Millisecond), loss, role(slot))
 		later, err := c.secureUpload(ctx, stream, in, runID, rs, payloads, sent)
 		if next == nil {
 			next = later
@@ -470,7 +502,8 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: c.last}}); err != nil {
 		return nil, err
 	}
-	c.log.Printf("round %d: trained in %v (loss %.4f), uploaded %d bytes as %s", t, trained.Round(time.Millisecond), loss, size, role(slot))
+	c.note(t, func(s *fleetStats) *atomic.Int64 { return &s.uploaded })
+	c.routine("round %d: trained in %v (loss %.4f), uploaded %d bytes as %s", t, trained.Round(time.Millisecond), loss, size, role(slot))
 	return next, nil
 }
 
@@ -548,7 +581,7 @@ func (c *Client) pair(ctx context.Context, stream pb.Federation_SessionClient, i
 				case *pb.ServerMessage_RoundStart, *pb.ServerMessage_Finished:
 					return nil, m, nil // the round is over
 				case *pb.ServerMessage_Receipt:
-					c.log.Printf("round %d: receipt: accepted %v %s", b.Receipt.GetRound(), b.Receipt.GetAccepted(), b.Receipt.GetError())
+					c.receipt(b.Receipt)
 				}
 			case <-wait.C:
 				c.log.Printf("round %d: nothing from partner %d in time; encoding alone", t, partner)
