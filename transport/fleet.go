@@ -49,6 +49,7 @@ type Fleet struct {
 	stats   fleetStats
 	lines   *limitedWriter
 	work    chan struct{} // a token per worker, held while training or encoding
+	disk    chan struct{} // a token per state file being written
 
 	mu       sync.Mutex
 	yaml     string            // the configuration the shared part was built for
@@ -119,7 +120,7 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 	if cfg.Log == nil {
 		cfg.Log = log.New(os.Stderr, "fedpq fleet: ", log.LstdFlags)
 	}
-	f := &Fleet{cfg: cfg, log: cfg.Log, work: make(chan struct{}, cfg.Workers)}
+	f := &Fleet{cfg: cfg, log: cfg.Log, work: make(chan struct{}, cfg.Workers), disk: make(chan struct{}, fleetWrites)}
 	f.stats.ended = func(t uint32, counts string) { f.log.Printf("round %d, as a later round began: %s", t, counts) }
 	// The clients' own lines (a partner that left, a refusal) go to the
 	// fleet's log at a bounded rate; the summary line says how many were
@@ -139,11 +140,15 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("client %d: %w", cc.ID, err)
 		}
-		c.fleet = f
+		c.fleet, c.state.disk = f, f.disk
 		f.clients = append(f.clients, c)
 	}
 	return f, nil
 }
+
+// fleetWrites is how many of a fleet's clients write their state files
+// at once.
+const fleetWrites = 8
 
 // fleetLines is how many of the clients' own log lines the fleet passes
 // on per summary interval.

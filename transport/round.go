@@ -28,7 +28,29 @@ type serverRound struct {
 	late   []bool         // per position: no key share by the key-share deadline
 	setup  int64          // bytes of key shares and sealed bits relayed
 	secure *secureRound   // secure rounds: the protocol's state
+	phases phases         // how long each of its steps took, for the log
 }
+
+// phases times the steps of a round, for the log: each mark ends a step,
+// which began at the mark before.
+type phases struct {
+	last time.Time
+	b    strings.Builder
+}
+
+// mark ends the step called name.
+func (p *phases) mark(name string) {
+	now := time.Now()
+	if !p.last.IsZero() {
+		if p.b.Len() > 0 {
+			p.b.WriteString(", ")
+		}
+		fmt.Fprintf(&p.b, "%s %v", name, now.Sub(p.last).Round(time.Millisecond))
+	}
+	p.last = now
+}
+
+func (p *phases) String() string { return p.b.String() }
 
 func newServerRound(plan *fl.Plan) *serverRound {
 	n := len(plan.Clients)
@@ -58,7 +80,6 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 	for {
 		s.mu.Lock()
 		n, ch := len(s.sessions), s.changed
-		missing := s.missing()
 		s.mu.Unlock()
 		need, graceLeft := s.cfg.MinClients, time.Duration(0)
 		if s.fleet {
@@ -72,6 +93,7 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 			}
 			if n == s.cfg.Run.Clients || time.Since(since) >= s.cfg.Gather {
 				if n < s.cfg.Run.Clients && need < s.cfg.MinClients {
+					missing := s.missing()
 					s.log.Printf("round %d: going on with %d of %d clients after waiting %v (--grace) for %s",
 						s.eng.Done()+1, n, s.cfg.Run.Clients, s.cfg.Grace, missing)
 				}
@@ -81,6 +103,7 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 			since = time.Time{}
 			waited := time.Since(start)
 			if !s.fleet && s.cfg.MaxWait > 0 && waited >= s.cfg.MaxWait {
+				missing := s.missing()
 				return nil, fmt.Errorf("round %d: %d of the %d clients needed connected after waiting %v (--max-wait); missing %s",
 					s.eng.Done()+1, n, need, s.cfg.MaxWait, missing)
 			}
@@ -93,7 +116,7 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 					wait = fmt.Sprintf("stopping in %v (--max-wait)", (s.cfg.MaxWait - waited).Round(time.Second))
 				}
 				s.log.Printf("round %d: waiting for clients for %v (%d of %d connected, %d needed): missing %s; %s",
-					s.eng.Done()+1, waited.Round(time.Second), n, s.cfg.Run.Clients, need, missing, wait)
+					s.eng.Done()+1, waited.Round(time.Second), n, s.cfg.Run.Clients, need, s.missing(), wait)
 				logged = time.Now()
 			}
 		}
@@ -122,9 +145,10 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 	return ids, nil
 }
 
-// missing names the clients not connected, the first ten of them. s.mu is
-// held.
+// missing names the clients not connected, the first ten of them.
 func (s *Server) missing() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var ids []string
 	left := 0
 	for id := range s.cfg.Run.Clients {
@@ -145,7 +169,7 @@ func (s *Server) missing() string {
 // runRound runs one round among the online clients: it announces the
 // round to those chosen, waits for their uploads until they are all in or
 // gone, or the deadline, and ends the round with what it has.
-func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, error) {
+func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time) (report.Round, *phases, error) {
 	ids := make([]int, len(online))
 	for i, id := range online {
 		ids[i] = int(id)
@@ -156,9 +180,11 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 	plan, err := s.eng.Begin(t, ids)
 	if err != nil {
 		s.mu.Unlock()
-		return report.Round{}, err
+		return report.Round{}, nil, err
 	}
 	rd := newServerRound(plan)
+	rd.phases.last = begun
+	rd.phases.mark("gather")
 	identity := map[uint32]ed25519.PublicKey{}
 	for _, k := range plan.Clients {
 		if ss := s.sessions[uint32(k)]; ss != nil {
@@ -173,6 +199,10 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		if s.sessions[uint32(k)] == nil { // left since it was counted
 			rd.state[pos] = gone
 		}
+	}
+	var sa *pb.SecAgg
+	if rd.secure != nil {
+		sa = rd.secure.announce(plan) // the same for every client
 	}
 	for pos, k := range plan.Clients {
 		if rd.state[pos] == gone {
@@ -191,12 +221,11 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		}
 		gi, gs := plan.Round.Group(pos)
 		msg.GroupIndex, msg.GroupSize = uint32(gi), uint32(gs)
-		if rd.secure != nil {
-			msg.Secagg = rd.secure.announce(plan)
-		}
+		msg.Secagg = sa
 		s.sessions[uint32(k)].send(&pb.ServerMessage{Body: &pb.ServerMessage_RoundStart{RoundStart: msg}})
 	}
 	s.mu.Unlock()
+	rd.phases.mark("start")
 	s.log.Printf("round %d: %d clients, %d pairs, deadline in %v", t, len(plan.Clients), plan.Round.Pairs(), s.cfg.RoundTimeout)
 
 	timer := time.NewTimer(time.Until(deadline))
@@ -238,8 +267,11 @@ wait:
 			s.log.Printf("round %d: deadline passed", t)
 			break wait
 		case <-ctx.Done():
-			return report.Round{}, ctx.Err()
+			return report.Round{}, nil, ctx.Err()
 		}
+	}
+	if rd.secure == nil {
+		rd.phases.mark("uploads")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -251,6 +283,7 @@ wait:
 		}
 	}
 	r, err := s.eng.End(plan)
+	rd.phases.mark("aggregate")
 	if lossPrivate(s.cfg.Run) {
 		r.TrainLoss = math.NaN() // the clients keep it (lossPrivate): null in metrics.jsonl
 	}
@@ -260,7 +293,7 @@ wait:
 			s.log.Printf("round %d: clients %v revealed shares that do not match their commitments; left out", t, wrong)
 		}
 	}
-	return r, err
+	return r, &rd.phases, err
 }
 
 // decline takes a client that declines the round out of it: no step

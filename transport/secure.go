@@ -36,6 +36,10 @@ const (
 	secureDone
 )
 
+// secureStepNames names the steps, for the log; the first includes the
+// clients' training.
+var secureStepNames = [...]string{"training and keys", "shares", "check", "masked", "consent", "unmask"}
+
 // secureRound is the server's side of a secure round.
 type secureRound struct {
 	srv       *secagg.Server
@@ -132,6 +136,7 @@ func (s *Server) nextStep(rd *serverRound) {
 		s.log.Printf("round %d: secure aggregation: %v", t, err)
 		sr.step = secureDone
 	}
+	rd.phases.mark(secureStepNames[sr.step])
 	sr.step++
 	switch sr.step {
 	case secureShares:
