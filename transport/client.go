@@ -11,6 +11,7 @@ import (
 	"log"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -93,6 +94,9 @@ type Client struct {
 	// sends again if a restarted server asks for that round again.
 	last    *pb.Upload
 	lastRun []byte
+	// fleet, if not nil, is the fleet this client runs in: it shares the
+	// fleet's setup, trainers and workers, and counts into its summary.
+	fleet *Fleet
 }
 
 // NewClient checks cfg.
@@ -212,6 +216,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	// connection; the server accepts a ping every 20 s at most.
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(c.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
+		grpc.WithSharedWriteBuffer(true), // not held while idle: a fleet holds thousands of connections
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute, Timeout: 20 * time.Second})}
 	if h := c.cfg.Metrics.stats(); h != nil {
 		opts = append(opts, grpc.WithStatsHandler(h))
@@ -270,8 +275,12 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	if m.GetWelcome() == nil {
 		return nil, false, errors.New("the server did not answer the Join with a Welcome")
 	}
-	c.log.Printf("joined %s: run %x, after round %d", c.cfg.Server, hello.GetRunId(), m.GetWelcome().GetRoundsDone())
+	c.routine("joined %s: run %x, after round %d", c.cfg.Server, hello.GetRunId(), m.GetWelcome().GetRoundsDone())
 	defer c.cfg.Metrics.joined()()
+	if c.fleet != nil {
+		c.fleet.stats.connected.Add(1)
+		defer c.fleet.stats.connected.Add(-1)
+	}
 
 	// Messages are read in their own goroutine, so that a partner's key
 	// can arrive while the client trains.
@@ -312,12 +321,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 				c.log.Printf("round %d: %v", b.RoundStart.GetRound(), err)
 			}
 		case *pb.ServerMessage_Receipt:
-			if r := b.Receipt; r.GetAccepted() {
-				c.log.Printf("round %d: upload accepted", r.GetRound())
-			} else {
-				c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
-				c.cfg.Metrics.uploadRefused()
-			}
+			c.receipt(b.Receipt)
 		case *pb.ServerMessage_Finished:
 			return b.Finished, true, nil
 		}
@@ -353,19 +357,11 @@ func (c *Client) prepare(y string) error {
 	if c.cfg.DataFormat != "" {
 		cfg.DataFormat = c.cfg.DataFormat
 	}
-	su, err := experiment.NewClientSetup(cfg, c.cfg.ID, c.cfg.Data)
+	su, tr, err := c.setup(y, cfg)
 	if err != nil {
 		return &setupError{err}
 	}
-	// A partition leaves the rest of the dataset it was cut from as
-	// garbage: give it back now, not at the scavenger's pace.
-	debug.FreeOSMemory()
 	m, err := mech.New(su.Engine.Mechanism, su.Engine.Mech)
-	if err != nil {
-		su.Close()
-		return &setupError{err}
-	}
-	tr, err := su.Worker()
 	if err != nil {
 		su.Close()
 		return &setupError{err}
@@ -381,8 +377,41 @@ func (c *Client) prepare(y string) error {
 	if su.Pool != nil {
 		trainer = fmt.Sprintf("trainer %q (%s, %d tensors)", cfg.Trainer, su.Pool.Name(), len(c.specs))
 	}
-	c.log.Printf("%s: %d examples; model %s trained by %s, mechanism %s", from, len(su.Clients[0]), cfg.Model, trainer, cfg.Mechanism)
+	c.routine("%s: %d examples; model %s trained by %s, mechanism %s", from, len(su.Clients[0]), cfg.Model, trainer, cfg.Mechanism)
 	return nil
+}
+
+// setup is the client's data, model and trainer: its own, or, in a fleet,
+// its data and the fleet's shared model and trainers.
+func (c *Client) setup(y string, cfg experiment.Config) (*experiment.Setup, fl.Trainer, error) {
+	if c.fleet != nil {
+		return c.fleet.setup(y, cfg, c)
+	}
+	su, err := experiment.NewClientSetup(cfg, c.cfg.ID, c.cfg.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A partition leaves the rest of the dataset it was cut from as
+	// garbage: give it back now, not at the scavenger's pace.
+	debug.FreeOSMemory()
+	tr, err := su.Worker()
+	if err != nil {
+		su.Close()
+		return nil, nil, err
+	}
+	return su, tr, nil
+}
+
+// receipt logs the server's word on an upload.
+func (c *Client) receipt(r *pb.Receipt) {
+	if r.GetAccepted() {
+		c.note(r.GetRound(), func(s *fleetStats) *atomic.Int64 { return &s.accepted })
+		c.routine("round %d: upload accepted", r.GetRound())
+		return
+	}
+	c.note(r.GetRound(), func(s *fleetStats) *atomic.Int64 { return &s.refused })
+	c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
+	c.cfg.Metrics.uploadRefused()
 }
 
 // lossPrivate reports whether a run's clients keep their training loss to
@@ -405,6 +434,9 @@ func (e *badRound) Error() string { return e.err.Error() }
 func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, rs *pb.RoundStart) (*pb.ServerMessage, error) {
 	t := rs.GetRound()
 	c.cfg.Metrics.roundStarted()
+	if c.fleet != nil {
+		c.fleet.stats.begin(t)
+	}
 	switch {
 	case c.state.answered(runID, t):
 		// A server that restarted asks again for the round it lost. A
@@ -490,14 +522,17 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 			return nil, err
 		}
 	}
-	start = time.Now()
-	payloads, err := fl.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot)
+	var payloads [][]byte
+	c.busy(func() {
+		start := time.Now()
+		payloads, err = fl.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot)
+		c.cfg.Metrics.encoded(time.Since(start))
+	})
 	if err != nil {
 		return next, &badRound{err}
 	}
-	c.cfg.Metrics.encoded(time.Since(start))
 	if rs.GetSecagg() != nil {
-		c.log.Printf("round %d: trained in %v (loss %.4f), encoded as %s; secure aggregation", t, trained.Round(time.Millisecond), loss, role(slot))
+		c.routine("round %d: trained in %v (loss %.4f), encoded as %s; secure aggregation", t, trained.Round(time.Millisecond), loss, role(slot))
 		later, err := c.secureUpload(ctx, stream, in, runID, rs, payloads, sent)
 		if next == nil {
 			next = later
@@ -515,7 +550,8 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	if err := c.upload(stream, c.last); err != nil {
 		return nil, err
 	}
-	c.log.Printf("round %d: trained in %v (loss %.4f), uploaded %d bytes as %s", t, trained.Round(time.Millisecond), loss, size, role(slot))
+	c.note(t, func(s *fleetStats) *atomic.Int64 { return &s.uploaded })
+	c.routine("round %d: trained in %v (loss %.4f), uploaded %d bytes as %s", t, trained.Round(time.Millisecond), loss, size, role(slot))
 	return next, nil
 }
 
@@ -602,7 +638,7 @@ func (c *Client) pair(ctx context.Context, stream pb.Federation_SessionClient, i
 				case *pb.ServerMessage_RoundStart, *pb.ServerMessage_Finished:
 					return nil, m, nil // the round is over
 				case *pb.ServerMessage_Receipt:
-					c.log.Printf("round %d: receipt: accepted %v %s", b.Receipt.GetRound(), b.Receipt.GetAccepted(), b.Receipt.GetError())
+					c.receipt(b.Receipt)
 				}
 			case <-wait.C:
 				c.log.Printf("round %d: nothing from partner %d in time; encoding alone", t, partner)

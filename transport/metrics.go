@@ -204,7 +204,8 @@ func (m *ServerMetrics) stats() stats.Handler {
 	return m.wire
 }
 
-// securePhases names the phases of a secure round's steps, by step.
+// securePhases names the phases of a secure round's steps, by step; the
+// first includes the clients' training.
 var securePhases = [...]string{
 	secureKeys: "secagg_keys", secureShares: "secagg_shares", secureCheck: "secagg_check",
 	secureMasked: "secagg_masked", secureConsent: "secagg_consent", secureUnmask: "secagg_unmask",

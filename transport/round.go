@@ -28,7 +28,32 @@ type serverRound struct {
 	late   []bool         // per position: no key share by the key-share deadline
 	setup  int64          // bytes of key shares and sealed bits relayed
 	secure *secureRound   // secure rounds: the protocol's state
+	phases phases         // how long each of its steps took, for the log
 }
+
+// phases times the steps of a round, for the log and the metrics' phase
+// histograms: each mark ends a step, which began at the mark before.
+type phases struct {
+	last    time.Time
+	b       strings.Builder
+	metrics *ServerMetrics
+}
+
+// mark ends the step called name.
+func (p *phases) mark(name string) {
+	now := time.Now()
+	if !p.last.IsZero() {
+		if p.b.Len() > 0 {
+			p.b.WriteString(", ")
+		}
+		d := now.Sub(p.last)
+		fmt.Fprintf(&p.b, "%s %v", name, d.Round(time.Millisecond))
+		p.metrics.observe(name, d)
+	}
+	p.last = now
+}
+
+func (p *phases) String() string { return p.b.String() }
 
 func newServerRound(plan *fl.Plan) *serverRound {
 	n := len(plan.Clients)
@@ -63,7 +88,6 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 	for {
 		s.mu.Lock()
 		n, ch := len(s.sessions), s.changed
-		missing := s.missing()
 		s.mu.Unlock()
 		waited := time.Since(start)
 		need, graceLeft := s.cfg.MinClients, time.Duration(0)
@@ -82,13 +106,13 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 			if n < s.cfg.Run.Clients && atGrace > 0 {
 				// The grace was the wait for the rest: no Gather after it.
 				s.log.Printf("round %d: going on with %d of %d clients after waiting %v (--grace %v) for %s",
-					s.eng.Done()+1, n, s.cfg.Run.Clients, waited.Round(100*time.Millisecond), s.cfg.Grace, missing)
+					s.eng.Done()+1, n, s.cfg.Run.Clients, waited.Round(100*time.Millisecond), s.cfg.Grace, s.missing())
 				break
 			}
 			if n == s.cfg.Run.Clients || time.Since(since) >= s.cfg.Gather {
 				if atGrace == 0 && n < s.cfg.Run.Clients {
 					s.log.Printf("round %d: going on with %d of %d clients after waiting %v (--grace %v ran out with none connected, then --gather %v after the first); missing %s",
-						s.eng.Done()+1, n, s.cfg.Run.Clients, waited.Round(100*time.Millisecond), s.cfg.Grace, s.cfg.Gather, missing)
+						s.eng.Done()+1, n, s.cfg.Run.Clients, waited.Round(100*time.Millisecond), s.cfg.Grace, s.cfg.Gather, s.missing())
 				}
 				break
 			}
@@ -96,11 +120,11 @@ func (s *Server) gather(ctx context.Context) ([]uint32, error) {
 			since = time.Time{}
 			if s.cfg.MaxWait > 0 && waited >= s.cfg.MaxWait {
 				return nil, fmt.Errorf("round %d: %d of the %d clients needed connected after waiting %v (--max-wait); missing %s",
-					s.eng.Done()+1, n, need, s.cfg.MaxWait, missing)
+					s.eng.Done()+1, n, need, s.cfg.MaxWait, s.missing())
 			}
 			if time.Since(logged) >= 30*time.Second {
 				s.log.Printf("round %d: waiting for clients for %v (%d of %d connected, %d needed): missing %s; %s",
-					s.eng.Done()+1, waited.Round(time.Second), n, s.cfg.Run.Clients, need, missing, s.waitPlan(graceLeft, waited))
+					s.eng.Done()+1, waited.Round(time.Second), n, s.cfg.Run.Clients, need, s.missing(), s.waitPlan(graceLeft, waited))
 				logged = time.Now()
 			}
 		}
@@ -143,9 +167,10 @@ func (s *Server) waitPlan(graceLeft, waited time.Duration) string {
 	return "waiting for ever (--max-wait bounds it)"
 }
 
-// missing names the clients not connected, the first ten of them. s.mu is
-// held.
+// missing names the clients not connected, the first ten of them.
 func (s *Server) missing() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var ids []string
 	left := 0
 	for id := range s.cfg.Run.Clients {
@@ -166,7 +191,7 @@ func (s *Server) missing() string {
 // runRound runs one round among the online clients: it announces the
 // round to those chosen, waits for their uploads until they are all in or
 // gone, or the deadline, and ends the round with what it has.
-func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, error) {
+func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time) (report.Round, *phases, error) {
 	ids := make([]int, len(online))
 	for i, id := range online {
 		ids[i] = int(id)
@@ -177,10 +202,12 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 	plan, err := s.eng.Begin(t, ids)
 	if err != nil {
 		s.mu.Unlock()
-		return report.Round{}, err
+		return report.Round{}, nil, err
 	}
 	s.cfg.Metrics.begin(t)
 	rd := newServerRound(plan)
+	rd.phases.last, rd.phases.metrics = begun, s.cfg.Metrics
+	rd.phases.mark("gather")
 	identity := map[uint32]ed25519.PublicKey{}
 	for _, k := range plan.Clients {
 		if ss := s.sessions[uint32(k)]; ss != nil {
@@ -195,6 +222,10 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		if s.sessions[uint32(k)] == nil { // left since it was counted
 			rd.state[pos] = gone
 		}
+	}
+	var sa *pb.SecAgg
+	if rd.secure != nil {
+		sa = rd.secure.announce(plan) // the same for every client
 	}
 	for pos, k := range plan.Clients {
 		if rd.state[pos] == gone {
@@ -213,14 +244,12 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		}
 		gi, gs := plan.Round.Group(pos)
 		msg.GroupIndex, msg.GroupSize = uint32(gi), uint32(gs)
-		if rd.secure != nil {
-			msg.Secagg = rd.secure.announce(plan)
-		}
+		msg.Secagg = sa
 		s.sessions[uint32(k)].send(&pb.ServerMessage{Body: &pb.ServerMessage_RoundStart{RoundStart: msg}})
 	}
 	s.mu.Unlock()
+	rd.phases.mark("start")
 	s.log.Printf("round %d: %d clients, %d pairs, deadline in %v", t, len(plan.Clients), plan.Round.Pairs(), s.cfg.RoundTimeout)
-	started := time.Now()
 
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
@@ -266,10 +295,12 @@ wait:
 			s.mu.Lock()
 			s.round = nil
 			s.mu.Unlock()
-			return report.Round{}, ctx.Err()
+			return report.Round{}, nil, ctx.Err()
 		}
 	}
-	s.cfg.Metrics.observe("uploads", time.Since(started))
+	if rd.secure == nil {
+		rd.phases.mark("uploads")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.round = nil
@@ -279,9 +310,8 @@ wait:
 			s.log.Printf("round %d: no upload from client %d by the deadline", t, plan.Clients[pos])
 		}
 	}
-	started = time.Now()
 	r, err := s.eng.End(plan)
-	s.cfg.Metrics.observe("aggregate", time.Since(started))
+	rd.phases.mark("aggregate")
 	if lossPrivate(s.cfg.Run) {
 		r.TrainLoss = math.NaN() // the clients keep it (lossPrivate): null in metrics.jsonl
 	}
@@ -291,7 +321,7 @@ wait:
 			s.log.Printf("round %d: clients %v revealed shares that do not match their commitments; left out", t, wrong)
 		}
 	}
-	return r, err
+	return r, &rd.phases, err
 }
 
 // decline takes a client that declines the round out of it: no step

@@ -43,7 +43,7 @@ type secureRound struct {
 	link      [32]byte // the round's beacon link
 	step      int
 	due       time.Time                      // the step's deadline
-	began     time.Time                      // when the step began
+	end       time.Time                      // the round's deadline, past which no step's is moved
 	identity  map[uint32]ed25519.PublicKey   // each client's enrolled identity, from the round's start
 	keys      map[uint32]*pb.SecAggKeys      // step 0
 	dealt     map[uint32]bool                // step 1
@@ -63,7 +63,7 @@ func newSecureRound(plan *fl.Plan, roundDeadline time.Time, identity map[uint32]
 	if srv == nil {
 		return nil
 	}
-	return &secureRound{srv: srv, params: params, link: link, due: roundDeadline, began: time.Now(), identity: identity,
+	return &secureRound{srv: srv, params: params, link: link, due: roundDeadline, end: roundDeadline, identity: identity,
 		keys: map[uint32]*pb.SecAggKeys{}, dealt: map[uint32]bool{}, checked: map[uint32]bool{}, kept: map[uint32]bool{},
 		survivors: map[uint32]bool{}, consents: map[uint32][]byte{}, asked: map[uint32]bool{}, revealed: map[uint32]bool{},
 		neighbour: srv.Neighbours}
@@ -121,9 +121,8 @@ func (s *Server) advance(rd *serverRound, now time.Time) bool {
 		if sr.step == secureDone || !complete && now.Before(sr.due) {
 			return sr.step == secureDone
 		}
-		s.cfg.Metrics.observe(securePhases[sr.step], now.Sub(sr.began))
 		s.nextStep(rd)
-		sr.due, sr.began = now.Add(s.cfg.KeyShareTimeout), now
+		sr.due = now.Add(s.cfg.KeyShareTimeout)
 	}
 }
 
@@ -134,6 +133,7 @@ func (s *Server) nextStep(rd *serverRound) {
 		s.log.Printf("round %d: secure aggregation: %v", t, err)
 		sr.step = secureDone
 	}
+	rd.phases.mark(securePhases[sr.step])
 	sr.step++
 	switch sr.step {
 	case secureShares:
@@ -360,5 +360,22 @@ func (s *Server) secureStep(sess *session, m *pb.ClientMessage) (uint32, error) 
 		}
 		sr.revealed[id] = true
 	}
+	sr.progress(time.Now(), s.cfg.KeyShareTimeout)
 	return round, nil
+}
+
+// progress moves the step's deadline on after a message it accepted: a
+// step closes KeyShareTimeout after its last message, not after its start,
+// so that its deadline scales with the clients (ten thousand clients
+// dealing their shares on a few cores take minutes) while a step whose
+// missing clients are gone still ends soon after the others are in. No
+// deadline moves past the round's.
+func (sr *secureRound) progress(now time.Time, idle time.Duration) {
+	due := now.Add(idle)
+	if due.After(sr.end) {
+		due = sr.end
+	}
+	if due.After(sr.due) {
+		sr.due = due
+	}
 }

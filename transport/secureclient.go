@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/mech"
@@ -39,6 +40,7 @@ func (c *Client) decline(stream pb.Federation_SessionClient, t uint32, reason st
 	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Decline{Decline: &pb.Decline{Round: t, Reason: why.Error()}}}); err != nil {
 		return err
 	}
+	c.note(t, func(s *fleetStats) *atomic.Int64 { return &s.declined })
 	return &badRound{fmt.Errorf("declined: %w", why)}
 }
 
@@ -112,7 +114,8 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 		return next, err
 	}
 	peers, identities := c.peers(t, runID, m1.GetSecaggPeers())
-	d, err := cl.Share(peers)
+	var d secagg.Dealing
+	c.busy(func() { d, err = cl.Share(peers) })
 	if err != nil {
 		return nil, &badRound{err}
 	}
@@ -126,7 +129,7 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: shares}}); err != nil {
 		return nil, err
 	}
-	c.log.Printf("round %d: dealt its shares to %d neighbours", t, len(shares.Shares))
+	c.routine("round %d: dealt its shares to %d neighbours", t, len(shares.Shares))
 
 	m2, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggInbox().GetRound() == t })
 	if m2 == nil {
@@ -138,7 +141,8 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 			inbox[uint64(sh.GetFrom())] = secagg.Delivery{Values: sh.GetValues(), Sealed: sh.GetCiphertext()}
 		}
 	}
-	complaints, err := cl.Check(inbox)
+	var complaints []uint64
+	c.busy(func() { complaints, err = cl.Check(inbox) })
 	if err != nil {
 		return nil, &badRound{err}
 	}
@@ -161,7 +165,8 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	for _, j := range m3.GetSecaggPartners().GetPartners() {
 		partners = append(partners, uint64(j))
 	}
-	y, err := cl.Mask(x, partners)
+	var y []uint64
+	c.busy(func() { y, err = cl.Mask(x, partners) })
 	if err != nil {
 		return nil, c.decline(stream, t, "masking", err)
 	}
@@ -173,7 +178,8 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	if err := c.upload(stream, &pb.Upload{Round: t, Masked: fl.PackFields(y, p.Bits), Loss: loss}); err != nil {
 		return nil, err
 	}
-	c.log.Printf("round %d: uploaded its masked fields (%d bits each), masked with %d partners", t, p.Bits, len(partners))
+	c.note(t, func(s *fleetStats) *atomic.Int64 { return &s.uploaded })
+	c.routine("round %d: uploaded its masked fields (%d bits each), masked with %d partners", t, p.Bits, len(partners))
 
 	m4, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggUnmask().GetRound() == t })
 	if m4 == nil {
@@ -228,7 +234,7 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: rv}}); err != nil {
 		return nil, err
 	}
-	c.log.Printf("round %d: %d holders consented; revealed its shares for %d survivors and %d dropped clients", t, len(consenting), len(r.Self), len(r.Pair))
+	c.routine("round %d: %d holders consented; revealed its shares for %d survivors and %d dropped clients", t, len(consenting), len(r.Self), len(r.Pair))
 	return nil, nil
 }
 
@@ -272,11 +278,7 @@ func (c *Client) await(ctx context.Context, in <-chan *pb.ServerMessage, t uint3
 				c.log.Printf("round %d: ended before its secure aggregation did", t)
 				return nil, m, nil
 			case *pb.ServerMessage_Receipt:
-				if r := b.Receipt; r.GetAccepted() {
-					c.log.Printf("round %d: upload accepted", r.GetRound())
-				} else {
-					c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
-				}
+				c.receipt(b.Receipt)
 			default:
 				if want(m) {
 					return m, nil, nil

@@ -39,6 +39,10 @@ const (
 	// loggedJoinRefusals is how many refused joins (and, apart, TLS
 	// mismatches) are logged a minute.
 	loggedJoinRefusals = 10
+	// loggedJoins is how many joins and leaves are logged a minute: a
+	// fleet of thousands would otherwise log a line per client; the
+	// rounds' lines say how many are connected.
+	loggedJoins = 20
 )
 
 // logWindow counts events per minute, to log the first few of each.
@@ -294,7 +298,12 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 	if examples != claim {
 		weighed = fmt.Sprintf(", weighed as %d: %s", examples, s.weightRule(id))
 	}
-	s.log.Printf("client %d joined from %s (%d examples%s); %d connected", id, addr, claim, weighed, len(s.sessions))
+	if ok, missed := s.joins.log(time.Now(), loggedJoins); ok || weighed != "" {
+		if missed > 0 {
+			s.log.Printf("%d more joins and leaves in the minute before were not logged; %d connected", missed, len(s.sessions))
+		}
+		s.log.Printf("client %d joined from %s (%d examples%s); %d connected", id, addr, claim, weighed, len(s.sessions))
+	}
 	return sess, nil
 }
 
@@ -330,7 +339,10 @@ func (s *Server) leave(sess *session) {
 	s.cfg.Metrics.clients(len(s.sessions), len(s.joined))
 	s.drop(sess)
 	s.notify()
-	if s.finished == nil {
+	if ok, missed := s.joins.log(time.Now(), loggedJoins); ok && s.finished == nil {
+		if missed > 0 {
+			s.log.Printf("%d more joins and leaves in the minute before were not logged; %d connected", missed, len(s.sessions))
+		}
 		s.log.Printf("client %d disconnected; %d connected", sess.id, len(s.sessions))
 	}
 }

@@ -154,6 +154,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	checkFileLimit(c.Clients, logger)
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
@@ -238,14 +239,16 @@ func clientPolicy(path string, set map[string]bool, require bool, corrupt float6
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("client", "--server ADDR (--data PATH [--client K] | --partition K/N) [flags]", clientDescription, stderr)
+	fs := newFlags("client", "--server ADDR (--data PATH [--client K] | --partition K/N | --partition A-B/N | --data DIR --clients A-B) [flags]", clientDescription+fleetDescription, stderr)
 	server := fs.String("server", "127.0.0.1:7070", "the server's address (host:port)")
 	own := fs.String("data", "", "this client's own dataset (docs/data.md: an ImageFolder, a CSV, an NPZ file, ...), for a run whose clients bring their own")
 	ownFormat := fs.String("data-format", "", "the format of --data: imagefolder, csv, npz, npy, idx or cifar (default: the run's data_format, else from the path)")
 	id := fs.Int("client", -1, "with --data: this client's id K, 0 <= K < N (default: K of --data named client-K, as fedpq split names them)")
-	partition := fs.String("partition", "", "this client's partition of a shared dataset: K/N, client K of the run's N (0 <= K < N)")
+	partition := fs.String("partition", "", "this client's partition of a shared dataset: K/N, client K of the run's N (0 <= K < N); A-B/N runs clients A to B in this process")
+	fleetIDs := fs.String("clients", "", "with --data DIR: run clients A to B (A-B) in this process, client K reading DIR/client-K (as fedpq split writes them)")
+	workers := fs.Int("workers", 0, "with several clients: how many train or encode at once, each with a model of its own (0: the cores Go uses)")
 	dataDir := fs.String("data-dir", "", "with --partition: directory of the dataset files (default $FEDPQ_DATA, else ./data)")
-	keyPath := fs.String("key", "", "identity key (fedpq keygen); default: client-K-of-N.key (client-K.key with --data) in the user's config directory (fedpq/), made on first use")
+	keyPath := fs.String("key", "", "identity key (fedpq keygen); default: client-K-of-N.key (client-K.key with --data) in the user's config directory (fedpq/), made on first use. With several clients: the directory of their keys, under those names")
 	token := fs.String("token", "", "the server's join token (default $FEDPQ_TOKEN)")
 	rosterPath := fs.String("roster", "", "roster file: check partners' key shares against it, not against the server's word")
 	ca := fs.String("tls-ca", "", "CA certificate (PEM) to check the server's TLS certificate with (fedpq cert's ca.pem)")
@@ -253,7 +256,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against, where --server dials another (an address, a port-forward); default: the host of --server")
 	seed := fs.String("seed", "", "seed the client's randomness (tests only: a deployment draws it from the system)")
 	retry := fs.Duration("retry-for", 5*time.Minute, "how long to keep reconnecting to a lost server")
-	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state (client-K.state with --data) beside the default key")
+	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state (client-K.state with --data) beside the default key. With several clients: the directory of their state files")
 	policyPath := fs.String("policy", "", "YAML file of the client's policy: require_secure_aggregation, corrupt, min_clients (the flags win)")
 	require := fs.Bool("require-secure-aggregation", false, "refuse a run without secure aggregation")
 	corrupt := fs.Float64("secagg-corrupt", transport.DefaultClientPolicy.SecAgg.Corrupt, "fraction of a round's clients that may collude with the server, which a secure round's threshold and graph must withstand")
@@ -265,7 +268,16 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	k, n, err := clientID(*own, *id, *partition)
+	ids, err := fleetRange(*own, *id, *partition, *fleetIDs)
+	if err != nil {
+		return badValue{err}
+	}
+	k, n, err := 0, 0, error(nil)
+	if ids == nil {
+		k, n, err = clientID(*own, *id, *partition)
+	} else if *own == "" {
+		_, n, err = parseRangeFlag(*partition)
+	}
 	if err != nil {
 		return badValue{err}
 	}
@@ -288,6 +300,25 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Data: *own, DataFormat: *ownFormat, Token: *token, RetryFor: *retry, Log: logger,
 		Policy: policy, State: *statePath, Trainer: *trainer, TrainerTimeout: *trainerTimeout, TrainerThreads: *trainerThreads,
 	}
+	if err := clientCreds(&cfg, *ca, *useTLS, *serverName); err != nil {
+		return err
+	}
+	if *rosterPath != "" {
+		if cfg.Roster, err = transport.LoadRoster(*rosterPath); err != nil {
+			return err
+		}
+	}
+	if *metricsAddr != "" {
+		cfg.Metrics = transport.NewClientMetrics() // one for all the process's clients
+		stop, err := serveMonitor(*metricsAddr, cfg.Metrics, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if ids != nil {
+		return runFleet(ctx, cfg, ids, fleetFiles{dir: *own, key: *keyPath, state: *statePath, seed: *seed}, *workers, stdout, stderr)
+	}
 	if cfg.State == "" {
 		if cfg.State, err = clientFile(k, n, "state"); err != nil {
 			logger.Printf("no --state and no config directory (%v): the rounds answered are remembered by this process only", err)
@@ -296,42 +327,12 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.Key, err = clientKey(*keyPath, k, n, logger); err != nil {
 		return err
 	}
-	if *rosterPath != "" {
-		if cfg.Roster, err = transport.LoadRoster(*rosterPath); err != nil {
-			return err
-		}
-	}
 	if *seed != "" {
 		v, err := strconv.ParseUint(*seed, 10, 64)
 		if err != nil {
 			return badValue{fmt.Errorf("--seed %q: %w", *seed, err)}
 		}
 		cfg.Secret = binary.LittleEndian.AppendUint64([]byte("fedpq client seed "), v)
-	}
-	switch {
-	case *ca != "" || *useTLS:
-		tc := &tls.Config{ServerName: *serverName, MinVersion: tls.VersionTLS13}
-		if *ca != "" {
-			pem, err := os.ReadFile(*ca)
-			if err != nil {
-				return err
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return fmt.Errorf("%s: no PEM certificate", *ca)
-			}
-		}
-		cfg.Creds = credentials.NewTLS(tc)
-	default:
-		cfg.Creds = insecure.NewCredentials()
-	}
-	if *metricsAddr != "" {
-		cfg.Metrics = transport.NewClientMetrics()
-		stop, err := serveMonitor(*metricsAddr, cfg.Metrics, logger)
-		if err != nil {
-			return err
-		}
-		defer stop()
 	}
 	cl, err := transport.NewClient(cfg)
 	if err != nil {
@@ -349,6 +350,28 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
+// clientCreds sets cfg's transport credentials: TLS with the CA at ca
+// (or the system's, with useTLS), else none.
+func clientCreds(cfg *transport.ClientConfig, ca string, useTLS bool, serverName string) error {
+	if ca == "" && !useTLS {
+		cfg.Creds = insecure.NewCredentials()
+		return nil
+	}
+	tc := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS13}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return err
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%s: no PEM certificate", ca)
+		}
+	}
+	cfg.Creds = credentials.NewTLS(tc)
+	return nil
+}
+
 // clientKey loads the identity key at path, or, without one, the client's
 // default key for partition K of N, made on first use: a token-mode server
 // pins an id to the first key that joins as it, so a client that restarts
@@ -362,18 +385,27 @@ func clientKey(path string, k, n int, logger *log.Logger) (ed25519.PrivateKey, e
 		logger.Printf("no --key and no config directory (%v): a new identity key for this process only", err)
 		return transport.NewKey(), nil
 	}
+	key, made, err := loadOrMakeKey(path)
+	if made {
+		logger.Printf("made an identity key for client %d in %s (roster line: %d %s)", k, path, k, transport.PublicString(key))
+	}
+	return key, err
+}
+
+// loadOrMakeKey loads the identity key at path, or makes it there if
+// there is none (made true).
+func loadOrMakeKey(path string) (key ed25519.PrivateKey, made bool, err error) {
 	if key, err := transport.LoadKey(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
-		return key, err
+		return key, false, err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	key := transport.NewKey()
+	key = transport.NewKey()
 	if err := transport.SaveKey(path, key); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	logger.Printf("made an identity key for client %d in %s (roster line: %d %s)", k, path, k, transport.PublicString(key))
-	return key, nil
+	return key, true, nil
 }
 
 // clientFile is client K of N's file of the given kind in the user's
@@ -384,11 +416,16 @@ func clientFile(k, n int, kind string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := fmt.Sprintf("client-%d-of-%d.%s", k, n, kind)
+	return filepath.Join(dir, "fedpq", clientName(k, n, kind)), nil
+}
+
+// clientName is client K of N's file name of the given kind:
+// client-K-of-N.KIND, or client-K.KIND with its own data (N 0).
+func clientName(k, n int, kind string) string {
 	if n == 0 {
-		name = fmt.Sprintf("client-%d.%s", k, kind)
+		return fmt.Sprintf("client-%d.%s", k, kind)
 	}
-	return filepath.Join(dir, "fedpq", name), nil
+	return fmt.Sprintf("client-%d-of-%d.%s", k, n, kind)
 }
 
 // clientID is the client's id K and, with a partition, the run's N (0
