@@ -138,7 +138,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 
 // Run takes part in the run until the server says it is finished. It
 // reconnects by itself when the connection is lost, for up to RetryFor.
-func (c *Client) Run(ctx context.Context) (fin *pb.Finished, err error) {
+func (c *Client) Run(ctx context.Context) (_ *pb.Finished, err error) {
 	ended := c.cfg.Metrics.started()
 	defer func() {
 		if c.su != nil {

@@ -29,6 +29,11 @@ type Monitored interface {
 	Ready() error
 }
 
+var (
+	_ Monitored = (*ServerMetrics)(nil)
+	_ Monitored = (*ClientMetrics)(nil)
+)
+
 // ServeMonitor listens on addr (host:port; port 0 picks one) and serves m
 // there until Close.
 func ServeMonitor(addr string, m Monitored) (*Monitor, error) {
