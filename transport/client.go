@@ -65,6 +65,9 @@ type ClientConfig struct {
 	Trainer        string
 	TrainerTimeout time.Duration
 	TrainerThreads int
+	// Metrics, if not nil, counts what the client does, for Prometheus;
+	// the clients of one process share it.
+	Metrics *ClientMetrics
 
 	Log *log.Logger
 }
@@ -124,11 +127,13 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 
 // Run takes part in the run until the server says it is finished. It
 // reconnects by itself when the connection is lost, for up to RetryFor.
-func (c *Client) Run(ctx context.Context) (*pb.Finished, error) {
+func (c *Client) Run(ctx context.Context) (fin *pb.Finished, err error) {
+	ended := c.cfg.Metrics.started()
 	defer func() {
 		if c.su != nil {
 			c.su.Close() // its external trainer, if it has one
 		}
+		ended(err != nil && ctx.Err() == nil)
 	}()
 	lastOK := time.Now()
 	backoff := 250 * time.Millisecond
@@ -150,6 +155,7 @@ func (c *Client) Run(ctx context.Context) (*pb.Finished, error) {
 			return nil, fmt.Errorf("no server for %v: %w", c.cfg.RetryFor.Round(time.Second), err)
 		}
 		c.log.Printf("no session with the server (%v); reconnecting in %v", err, backoff)
+		c.cfg.Metrics.reconnecting()
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -183,9 +189,13 @@ func (e *setupError) Unwrap() error { return e.err }
 func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, err error) {
 	// Keepalive pings find a server that vanished without closing the
 	// connection; the server accepts a ping every 20 s at most.
-	conn, err := grpc.NewClient(c.cfg.Server, grpc.WithTransportCredentials(c.cfg.Creds),
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(c.cfg.Creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute, Timeout: 20 * time.Second}))
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute, Timeout: 20 * time.Second})}
+	if h := c.cfg.Metrics.stats(); h != nil {
+		opts = append(opts, grpc.WithStatsHandler(h))
+	}
+	conn, err := grpc.NewClient(c.cfg.Server, opts...)
 	if err != nil {
 		return nil, false, &setupError{err}
 	}
@@ -232,6 +242,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 		return nil, false, errors.New("the server did not answer the Join with a Welcome")
 	}
 	c.log.Printf("joined %s: run %x, after round %d", c.cfg.Server, hello.GetRunId(), m.GetWelcome().GetRoundsDone())
+	defer c.cfg.Metrics.joined()()
 
 	// Messages are read in their own goroutine, so that a partner's key
 	// can arrive while the client trains.
@@ -276,6 +287,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 				c.log.Printf("round %d: upload accepted", r.GetRound())
 			} else {
 				c.log.Printf("round %d: upload refused: %s", r.GetRound(), r.GetError())
+				c.cfg.Metrics.uploadRefused()
 			}
 		case *pb.ServerMessage_Finished:
 			return b.Finished, true, nil
@@ -363,6 +375,7 @@ func (e *badRound) Error() string { return e.err.Error() }
 // round (the next round's start, or the end).
 func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, rs *pb.RoundStart) (*pb.ServerMessage, error) {
 	t := rs.GetRound()
+	c.cfg.Metrics.roundStarted()
 	switch {
 	case c.state.answered(runID, t):
 		// A server that restarted asks again for the round it lost. A
@@ -372,13 +385,13 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 		// would give its message away.
 		if u := c.last; u != nil && rs.GetSecagg() == nil && string(c.lastRun) == string(runID) && u.GetRound() == t {
 			c.log.Printf("round %d: asked again (the server restarted); sending the same upload", t)
-			return nil, stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: u}})
+			return nil, c.upload(stream, u)
 		}
-		return nil, c.decline(stream, t, fmt.Errorf("round %d of this run was answered before", t))
+		return nil, c.decline(stream, t, "answered", fmt.Errorf("round %d of this run was answered before", t))
 	case c.su.Config.SecureAggregation && rs.GetSecagg() == nil:
-		return nil, c.decline(stream, t, fmt.Errorf("the run has secure aggregation, but round %d does not", t))
+		return nil, c.decline(stream, t, "mismatch", fmt.Errorf("the run has secure aggregation, but round %d does not", t))
 	case !c.su.Config.SecureAggregation && rs.GetSecagg() != nil:
-		return nil, c.decline(stream, t, fmt.Errorf("round %d has secure aggregation, but the run does not", t))
+		return nil, c.decline(stream, t, "mismatch", fmt.Errorf("round %d has secure aggregation, but the run does not", t))
 	}
 	global, err := decodeTensors(rs.GetGlobal(), c.specs)
 	if err != nil {
@@ -434,11 +447,12 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 			// The trainer hung, exited or answered what fedpq refuses: the
 			// client leaves this round (its trainer restarts for the next).
 			c.log.Printf("round %d: local training failed: %v", t, err)
-			return nil, c.decline(stream, t, errors.New(trainerFailure(err)))
+			return nil, c.decline(stream, t, "trainer", errors.New(trainerFailure(err)))
 		}
 		return nil, &setupError{err}
 	}
 	trained := time.Since(start)
+	c.cfg.Metrics.trained(trained)
 
 	var next *pb.ServerMessage
 	if me != nil {
@@ -447,10 +461,12 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 			return nil, err
 		}
 	}
+	start = time.Now()
 	payloads, err := fl.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot)
 	if err != nil {
 		return next, &badRound{err}
 	}
+	c.cfg.Metrics.encoded(time.Since(start))
 	if rs.GetSecagg() != nil {
 		c.log.Printf("round %d: trained in %v (loss %.4f), encoded as %s; secure aggregation", t, trained.Round(time.Millisecond), loss, role(slot))
 		later, err := c.secureUpload(ctx, stream, in, runID, rs, payloads, sent)
@@ -467,11 +483,20 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 		return next, &setupError{err}
 	}
 	c.last, c.lastRun = &pb.Upload{Round: t, Payloads: payloads, Loss: sent}, runID
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: c.last}}); err != nil {
+	if err := c.upload(stream, c.last); err != nil {
 		return nil, err
 	}
 	c.log.Printf("round %d: trained in %v (loss %.4f), uploaded %d bytes as %s", t, trained.Round(time.Millisecond), loss, size, role(slot))
 	return next, nil
+}
+
+// upload sends u, plain or masked.
+func (c *Client) upload(stream pb.Federation_SessionClient, u *pb.Upload) error {
+	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: u}}); err != nil {
+		return err
+	}
+	c.cfg.Metrics.uploaded()
+	return nil
 }
 
 // train trains the client's model from global for round t. An external

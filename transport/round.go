@@ -158,6 +158,7 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 		s.mu.Unlock()
 		return report.Round{}, err
 	}
+	s.cfg.Metrics.begin(t)
 	rd := newServerRound(plan)
 	identity := map[uint32]ed25519.PublicKey{}
 	for _, k := range plan.Clients {
@@ -198,6 +199,7 @@ func (s *Server) runRound(ctx context.Context, online []uint32) (report.Round, e
 	}
 	s.mu.Unlock()
 	s.log.Printf("round %d: %d clients, %d pairs, deadline in %v", t, len(plan.Clients), plan.Round.Pairs(), s.cfg.RoundTimeout)
+	started := time.Now()
 
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
@@ -241,6 +243,7 @@ wait:
 			return report.Round{}, ctx.Err()
 		}
 	}
+	s.cfg.Metrics.observe("uploads", time.Since(started))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.round = nil
@@ -250,7 +253,9 @@ wait:
 			s.log.Printf("round %d: no upload from client %d by the deadline", t, plan.Clients[pos])
 		}
 	}
+	started = time.Now()
 	r, err := s.eng.End(plan)
+	s.cfg.Metrics.observe("aggregate", time.Since(started))
 	if lossPrivate(s.cfg.Run) {
 		r.TrainLoss = math.NaN() // the clients keep it (lossPrivate): null in metrics.jsonl
 	}
@@ -279,6 +284,7 @@ func (s *Server) decline(sess *session, d *pb.Decline) error {
 		reason = reason[:300] + "..."
 	}
 	s.log.Printf("round %d: client %d declined: %q", rd.plan.T, sess.id, reason)
+	s.cfg.Metrics.declined()
 	if rd.state[pos] == waiting {
 		rd.state[pos] = refused
 		s.partnerGone(rd, pos)
@@ -318,6 +324,7 @@ func (s *Server) upload(sess *session, u *pb.Upload) error {
 		err = fmt.Errorf("round %d: %w", u.GetRound(), err)
 	} else {
 		rd.state[pos] = uploaded
+		s.cfg.Metrics.uploaded()
 	}
 	// A client that uploads has sent all it will: if it is refused, or
 	// in transfer mode sent no sealed bits, a partner still waiting for

@@ -43,6 +43,7 @@ type secureRound struct {
 	link      [32]byte // the round's beacon link
 	step      int
 	due       time.Time                      // the step's deadline
+	began     time.Time                      // when the step began
 	identity  map[uint32]ed25519.PublicKey   // each client's enrolled identity, from the round's start
 	keys      map[uint32]*pb.SecAggKeys      // step 0
 	dealt     map[uint32]bool                // step 1
@@ -62,7 +63,7 @@ func newSecureRound(plan *fl.Plan, roundDeadline time.Time, identity map[uint32]
 	if srv == nil {
 		return nil
 	}
-	return &secureRound{srv: srv, params: params, link: link, due: roundDeadline, identity: identity,
+	return &secureRound{srv: srv, params: params, link: link, due: roundDeadline, began: time.Now(), identity: identity,
 		keys: map[uint32]*pb.SecAggKeys{}, dealt: map[uint32]bool{}, checked: map[uint32]bool{}, kept: map[uint32]bool{},
 		survivors: map[uint32]bool{}, consents: map[uint32][]byte{}, asked: map[uint32]bool{}, revealed: map[uint32]bool{},
 		neighbour: srv.Neighbours}
@@ -120,8 +121,9 @@ func (s *Server) advance(rd *serverRound, now time.Time) bool {
 		if sr.step == secureDone || !complete && now.Before(sr.due) {
 			return sr.step == secureDone
 		}
+		s.cfg.Metrics.observe(securePhases[sr.step], now.Sub(sr.began))
 		s.nextStep(rd)
-		sr.due = now.Add(s.cfg.KeyShareTimeout)
+		sr.due, sr.began = now.Add(s.cfg.KeyShareTimeout), now
 	}
 }
 

@@ -33,7 +33,9 @@ var DefaultClientPolicy = ClientPolicy{SecAgg: secagg.DefaultPolicy}
 
 // decline tells the server that the client takes no part in round t, and
 // returns why as a badRound: the session goes on with the next round.
-func (c *Client) decline(stream pb.Federation_SessionClient, t uint32, why error) error {
+// reason is why in one word of declineReasons, for the metrics.
+func (c *Client) decline(stream pb.Federation_SessionClient, t uint32, reason string, why error) error {
+	c.cfg.Metrics.declined(reason)
 	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Decline{Decline: &pb.Decline{Round: t, Reason: why.Error()}}}); err != nil {
 		return err
 	}
@@ -84,11 +86,11 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	t, self := rs.GetRound(), uint32(c.cfg.ID)
 	p, ids, err := c.secureParams(runID, rs)
 	if err != nil {
-		return nil, c.decline(stream, t, err)
+		return nil, c.decline(stream, t, "policy", err)
 	}
 	cl, err := secagg.NewClient(p, c.policy.SecAgg, uint64(self), ids, rand.Reader)
 	if err != nil {
-		return nil, c.decline(stream, t, err)
+		return nil, c.decline(stream, t, "policy", err)
 	}
 	m, err := mech.IntegerOf(c.m)
 	if err != nil {
@@ -161,16 +163,14 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	}
 	y, err := cl.Mask(x, partners)
 	if err != nil {
-		return nil, c.decline(stream, t, err)
+		return nil, c.decline(stream, t, "masking", err)
 	}
 	// The masked upload is the first message that depends on the
 	// client's data: the round is recorded as answered before it leaves.
 	if err := c.state.answer(runID, t); err != nil {
 		return nil, &setupError{err}
 	}
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{
-		Round: t, Masked: fl.PackFields(y, p.Bits), Loss: loss,
-	}}}); err != nil {
+	if err := c.upload(stream, &pb.Upload{Round: t, Masked: fl.PackFields(y, p.Bits), Loss: loss}); err != nil {
 		return nil, err
 	}
 	c.log.Printf("round %d: uploaded its masked fields (%d bits each), masked with %d partners", t, p.Bits, len(partners))

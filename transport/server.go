@@ -64,6 +64,8 @@ type ServerConfig struct {
 	// the client id it is enrolled for.
 	Roster Roster
 	Log    *log.Logger
+	// Metrics, if not nil, counts what the server does, for Prometheus.
+	Metrics *ServerMetrics
 	// Progress, if not nil, sees every round once it is checkpointed.
 	Progress func(report.Round)
 }
@@ -212,6 +214,13 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	if resume {
 		s.log.Printf("resuming %s after round %d from its checkpoint; model sha256 %x", c.Dir(), eng.Done(), short(eng.Global()))
 	}
+	if cfg.Metrics != nil {
+		l, _, err := eng.Ledger()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Metrics.loaded(eng.Rounds(), eng.Done(), l)
+	}
 	return s, nil
 }
 
@@ -267,16 +276,23 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 20 * time.Second}),
 	)
+	if h := s.cfg.Metrics.stats(); h != nil {
+		opts = append(opts, grpc.StatsHandler(h))
+	}
 	lis = netutil.LimitListener(lis, s.MaxConns())
 	gs := grpc.NewServer(opts...)
 	pb.RegisterFederationServer(gs, s)
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()
+	s.cfg.Metrics.setServing(true)
+	defer s.cfg.Metrics.setServing(false)
 	s.log.Printf("listening on %s: run %x, %s with %s, %d rounds, %d clients (waiting for %d)",
 		lis.Addr(), s.runID, s.su.Config.DatasetName(), s.cfg.Run.Mechanism, s.cfg.Run.Rounds, s.cfg.Run.Clients, s.cfg.MinClients)
 
 	err := s.run(ctx)
 	if errors.Is(err, context.Canceled) {
+		s.log.Printf("stopping after round %d of %d: its checkpoint in %s is kept, and the server started again with the same configuration resumes from it",
+			s.eng.Done(), s.eng.Rounds(), s.cfg.Run.Dir())
 		err = fmt.Errorf("stopped after round %d; its checkpoint is kept, and the server resumes from it when started again: %w", s.eng.Done(), err)
 	}
 	if err == nil {
@@ -327,15 +343,26 @@ func (s *Server) notify() {
 // run runs the rounds left.
 func (s *Server) run(ctx context.Context) error {
 	for s.eng.Done() < s.eng.Rounds() {
+		// A server told to stop between rounds starts no other: its
+		// clients would train, and a secure round's answer, for nothing.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		start := time.Now()
 		online, err := s.gather(ctx)
 		if err != nil {
 			return err
 		}
+		s.cfg.Metrics.observe("gather", time.Since(start))
 		r, err := s.runRound(ctx, online)
 		if err != nil {
 			return err
 		}
-		if err := s.rec.Round(r); err != nil {
+		start = time.Now()
+		err = s.rec.Round(r)
+		s.cfg.Metrics.observe("checkpoint", time.Since(start))
+		s.cfg.Metrics.completed(s.eng.Done(), r.Dropped, r.Privacy)
+		if err != nil {
 			// The round is done and the engine has moved on; losing its
 			// record or checkpoint should not lose the run.
 			s.log.Printf("round %d: recording it: %v", r.Round, err)
@@ -361,6 +388,7 @@ func (s *Server) finish() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.finished = &pb.Finished{Rounds: uint32(s.eng.Done())}
+	s.cfg.Metrics.runFinished()
 	for _, ss := range s.sessions {
 		ss.send(&pb.ServerMessage{Body: &pb.ServerMessage_Finished{Finished: s.finished}})
 	}

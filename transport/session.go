@@ -106,7 +106,9 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 		addr = p.Addr.String()
 	}
 	if !s.admit() {
-		return status.Errorf(codes.ResourceExhausted, "%d connections are already joining; try again", s.MaxPending())
+		err := status.Errorf(codes.ResourceExhausted, "%d connections are already joining; try again", s.MaxPending())
+		s.cfg.Metrics.refusedJoin(err)
+		return err
 	}
 	admitted := true
 	defer func() {
@@ -126,10 +128,12 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 	}
 	m, err := recvWithin(stream, s.cfg.JoinTimeout)
 	if err != nil {
+		s.cfg.Metrics.refusedJoin(err) // no Join in time; a peer that went away is not counted
 		return err
 	}
 	sess, err := s.join(ctx, m.GetJoin(), challenge, addr)
 	if err != nil {
+		s.cfg.Metrics.refusedJoin(err)
 		s.mu.Lock()
 		ok, missed := s.refusals.log(time.Now(), loggedJoinRefusals)
 		s.mu.Unlock()
@@ -267,6 +271,7 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 	}
 	s.sessions[id] = sess
 	s.joined[id] = time.Now()
+	s.cfg.Metrics.clients(len(s.sessions), len(s.joined))
 	s.notify()
 	sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Welcome{Welcome: &pb.Welcome{RoundsDone: uint32(s.eng.Done())}}})
 	if s.finished != nil {
@@ -309,6 +314,7 @@ func (s *Server) leave(sess *session) {
 		return // replaced by a reconnection
 	}
 	delete(s.sessions, sess.id)
+	s.cfg.Metrics.clients(len(s.sessions), len(s.joined))
 	s.drop(sess)
 	s.notify()
 	if s.finished == nil {
@@ -365,6 +371,7 @@ func (s *Server) handle(sess *session, m *pb.ClientMessage) {
 		err = errors.New("an empty or unknown message")
 	}
 	if err != nil {
+		s.cfg.Metrics.refusedMessage(m)
 		s.refuse(sess, err)
 	}
 }

@@ -82,6 +82,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cert := fs.String("tls-cert", "", "TLS certificate (PEM); without it the connection is not encrypted")
 	key := fs.String("tls-key", "", "TLS private key (PEM)")
 	format := fs.String("format", "text", "output: text or json (the summary)")
+	metricsAddr := fs.String("metrics", "", metricsHelp)
 	if path := findConfig(args); path != "" {
 		if err := loadConfig(path, &c); err != nil {
 			return err
@@ -138,6 +139,14 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	default:
 		logger.Printf("no --tls-cert: the join token and the uploads travel unencrypted; use TLS beyond a trusted network")
 	}
+	if *metricsAddr != "" {
+		cfg.Metrics = transport.NewServerMetrics()
+		stop, err := serveMonitor(*metricsAddr, cfg.Metrics, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	srv, err := transport.NewServer(cfg)
 	if err != nil {
 		return err
@@ -146,8 +155,12 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	context.AfterFunc(ctx, func() { logger.Printf("told to stop (SIGTERM or SIGINT): stopping") })
 	s, err := srv.Serve(ctx, lis, opts...)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return nil // stopped as asked, its checkpoint kept: Serve logged where
+		}
 		return err
 	}
 	return printSummary(stdout, *format, c, s)
@@ -246,6 +259,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	trainer := fs.String("trainer", "", "command line of this client's external trainer, which trains its model in the user's framework, e.g. '/usr/bin/python3 examples/pytorch/mnist_cnn2.py' (docs/trainer.md); a run with model external needs one. The client never runs a command the server sends")
 	trainerTimeout := fs.Duration("trainer-timeout", 0, "longest the external trainer may take to answer a request (0: 10m; its start has at least 1m); a round's deadline bounds its training too")
 	trainerThreads := fs.Int("trainer-threads", 0, "threads the external trainer uses (0: all of this machine's cores)")
+	metricsAddr := fs.String("metrics", "", metricsHelp)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -309,12 +323,24 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	default:
 		cfg.Creds = insecure.NewCredentials()
 	}
+	if *metricsAddr != "" {
+		cfg.Metrics = transport.NewClientMetrics()
+		stop, err := serveMonitor(*metricsAddr, cfg.Metrics, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	cl, err := transport.NewClient(cfg)
 	if err != nil {
 		return err
 	}
 	fin, err := cl.Run(ctx)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			logger.Printf("told to stop (SIGTERM or SIGINT): left the run; the server goes on without this client, and the same command joins it again")
+			return nil
+		}
 		return err
 	}
 	fmt.Fprintf(stdout, "run finished after %d rounds\n", fin.GetRounds())

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 
 	"github.com/fedpq/fedpq/model"
 )
@@ -32,8 +33,11 @@ var commands = map[string]command{}
 var order = []string{"run", "server", "client", "keygen", "split", "model", "export", "plot", "dme", "audit", "attack", "mechanisms", "reproduce", "bench"}
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGTERM (an orchestrator's) and SIGINT ask a command to stop
+	// cleanly; a second signal kills it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop)
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -1,0 +1,296 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fedpq/fedpq/privacy"
+)
+
+// What a server and a process of clients expose to Prometheus (fedpq
+// server and fedpq client --metrics ADDR). Each has a registry of its own,
+// not Prometheus's global one, so that a test can run several side by side.
+// Every label takes its values from a small fixed set (a message's kind in
+// the protocol, a phase, a reason), never a client's id: a fleet of 10,000
+// clients is as many series as one client.
+
+// phaseBuckets spans a millisecond to about an hour and a quarter: a
+// checkpoint of a small model and a round that waits for its deadline.
+var phaseBuckets = prometheus.ExponentialBuckets(0.001, 4, 12)
+
+// ServerMetrics is what a server counts; ServerConfig.Metrics. A nil
+// *ServerMetrics counts nothing.
+type ServerMetrics struct {
+	reg                          *prometheus.Registry
+	roundsCompleted              prometheus.Counter
+	round, roundsDone, runRounds prometheus.Gauge
+	uploads, declines, dropouts  prometheus.Counter
+	joinRefusals, refused        *prometheus.CounterVec
+	phase                        *prometheus.HistogramVec
+	connected, joined            prometheus.Gauge
+	epsilon                      *prometheus.GaugeVec
+	delta, finished              prometheus.Gauge
+	wire                         *wireStats
+	serving                      atomic.Bool
+}
+
+// Join refusals, by what the refusal's gRPC code says: the client is not
+// admitted (a wrong or missing token, an identity not on the roster or not
+// the one pinned to its id, an unknown id), its Join is malformed or of
+// another partition, the server is busy (too many connections joining, a
+// rejoin too soon), or it sent no Join in time.
+var joinReasons = map[codes.Code]string{
+	codes.PermissionDenied:  "denied",
+	codes.InvalidArgument:   "invalid",
+	codes.ResourceExhausted: "busy",
+	codes.DeadlineExceeded:  "timeout",
+}
+
+// NewServerMetrics makes a server's metrics, in a registry of their own
+// with Go's and the process's (memory, CPU, descriptors).
+func NewServerMetrics() *ServerMetrics {
+	m := &ServerMetrics{reg: prometheus.NewRegistry()}
+	f := factory{m.reg, "fedpq_server_"}
+	m.roundsCompleted = f.counter("rounds_completed_total", "Rounds this process completed and checkpointed.")
+	m.roundsDone = f.gauge("rounds_done", "Rounds of the run done and checkpointed, those before a restart included.")
+	m.runRounds = f.gauge("run_rounds", "Rounds the run has in all.")
+	m.round = f.gauge("round", "The round under way, or the last one begun.")
+	m.uploads = f.counter("uploads_total", "Uploads counted in a round's aggregate.")
+	m.declines = f.counter("declines_total", "Rounds declined by a chosen client.")
+	m.dropouts = f.counter("dropouts_total", "Chosen clients whose upload a round did not count: gone, declined, refused or late.")
+	m.joinRefusals = f.counterVec("join_refusals_total", "Joins refused, by reason: denied (token, roster, pinned identity, unknown id), invalid (malformed, another partition), busy, timeout.", "reason")
+	for _, r := range joinReasons {
+		m.joinRefusals.WithLabelValues(r)
+	}
+	m.refused = f.counterVec("refused_messages_total", "Messages of joined clients refused, by the message's kind in the protocol (upload, key_share, ...).", "kind")
+	m.phase = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fedpq_server_phase_seconds", Buckets: phaseBuckets,
+		Help: "Time in each phase of a round: gather (waiting for clients), uploads (from the round's start to its last upload or deadline: training included), each step of secure aggregation (secagg_keys ... secagg_unmask), aggregate (decoding, the mean, the update and evaluation), checkpoint."},
+		[]string{"phase"})
+	m.reg.MustRegister(m.phase)
+	m.connected = f.gauge("connected_clients", "Clients joined and connected now.")
+	m.joined = f.gauge("joined_clients", "Client ids that joined since the server started.")
+	m.epsilon = f.gaugeVec("epsilon", "Privacy spent by the client in the most rounds, as seen by observer: the ledger's tightest bound for its whole uploads over the rounds, at delta fedpq_server_epsilon_delta; absent where an observer has no guarantee.", "observer")
+	m.delta = f.gauge("epsilon_delta", "The ledger's delta, at which fedpq_server_epsilon holds.")
+	m.finished = f.gauge("run_finished", "1 once the run's last round is done and the clients are told.")
+	m.wire = newWireStats(f)
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is where the metrics are, for an HTTP handler (ServeMonitor).
+func (m *ServerMetrics) Registry() *prometheus.Registry { return m.reg }
+
+// Ready is the server's readiness: nil while it serves its run's clients.
+func (m *ServerMetrics) Ready() error {
+	if !m.serving.Load() {
+		return errors.New("not serving: loading the run, or stopping")
+	}
+	return nil
+}
+
+// loaded records a run about to be served, done rounds into it.
+func (m *ServerMetrics) loaded(rounds, done int, l *privacy.Ledger) {
+	if m == nil {
+		return
+	}
+	m.runRounds.Set(float64(rounds))
+	m.roundsDone.Set(float64(done))
+	m.round.Set(float64(done))
+	m.ledger(l)
+}
+
+func (m *ServerMetrics) setServing(on bool) {
+	if m != nil {
+		m.serving.Store(on)
+	}
+}
+
+// ledger sets each observer's eps spent from the ledger l (nil: the
+// mechanism is not LDP, and nothing is spent on anyone's behalf).
+func (m *ServerMetrics) ledger(l *privacy.Ledger) {
+	if m == nil || l == nil {
+		return
+	}
+	m.delta.Set(l.Delta)
+	for observer, s := range map[string]*privacy.Spent{"eavesdropper": l.Eavesdropper, "server": l.Server, "partner": l.Partner} {
+		if s == nil || s.UploadOptimal == nil {
+			m.epsilon.DeleteLabelValues(observer)
+			continue
+		}
+		m.epsilon.WithLabelValues(observer).Set(s.UploadOptimal.Eps)
+	}
+}
+
+func (m *ServerMetrics) begin(t int) {
+	if m != nil {
+		m.round.Set(float64(t))
+	}
+}
+
+// completed records a round checkpointed, with the clients it did not count.
+func (m *ServerMetrics) completed(done, dropped int, l *privacy.Ledger) {
+	if m == nil {
+		return
+	}
+	m.roundsCompleted.Inc()
+	m.roundsDone.Set(float64(done))
+	m.dropouts.Add(float64(dropped))
+	m.ledger(l)
+}
+
+func (m *ServerMetrics) observe(phase string, d time.Duration) {
+	if m != nil {
+		m.phase.WithLabelValues(phase).Observe(d.Seconds())
+	}
+}
+
+func (m *ServerMetrics) uploaded() {
+	if m != nil {
+		m.uploads.Inc()
+	}
+}
+
+func (m *ServerMetrics) declined() {
+	if m != nil {
+		m.declines.Inc()
+	}
+}
+
+// refusedJoin counts a refused join by its status; errors that are not a
+// refusal (the peer went away) are not counted.
+func (m *ServerMetrics) refusedJoin(err error) {
+	if m == nil {
+		return
+	}
+	if r, ok := joinReasons[status.Code(err)]; ok {
+		m.joinRefusals.WithLabelValues(r).Inc()
+	}
+}
+
+func (m *ServerMetrics) refusedMessage(msg proto.Message) {
+	if m != nil {
+		m.refused.WithLabelValues(kind(msg)).Inc()
+	}
+}
+
+// clients records the clients connected and the ids that joined.
+func (m *ServerMetrics) clients(connected, joined int) {
+	if m != nil {
+		m.connected.Set(float64(connected))
+		m.joined.Set(float64(joined))
+	}
+}
+
+func (m *ServerMetrics) runFinished() {
+	if m != nil {
+		m.finished.Set(1)
+	}
+}
+
+// stats is the gRPC stats handler that counts the server's bytes.
+func (m *ServerMetrics) stats() stats.Handler {
+	if m == nil {
+		return nil
+	}
+	return m.wire
+}
+
+// securePhases names the phases of a secure round's steps, by step.
+var securePhases = [...]string{
+	secureKeys: "secagg_keys", secureShares: "secagg_shares", secureCheck: "secagg_check",
+	secureMasked: "secagg_masked", secureConsent: "secagg_consent", secureUnmask: "secagg_unmask",
+}
+
+// factory makes metrics of one prefix in one registry.
+type factory struct {
+	reg    *prometheus.Registry
+	prefix string
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: f.prefix + name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: f.prefix + name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) counterVec(name, help, label string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: f.prefix + name, Help: help}, []string{label})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gaugeVec(name, help, label string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: f.prefix + name, Help: help}, []string{label})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) histogram(name, help string) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: f.prefix + name, Help: help, Buckets: phaseBuckets})
+	f.reg.MustRegister(h)
+	return h
+}
+
+// wireStats is a gRPC stats handler that counts the bytes of each message
+// on the wire (its encoding and gRPC's framing, not HTTP/2's or TLS's), by
+// the message's kind.
+type wireStats struct{ in, out *prometheus.CounterVec }
+
+func newWireStats(f factory) *wireStats {
+	return &wireStats{
+		in:  f.counterVec("received_bytes_total", "Bytes of the messages received (gRPC framing included, HTTP/2 and TLS not), by the message's kind in the protocol.", "kind"),
+		out: f.counterVec("sent_bytes_total", "Bytes of the messages sent (gRPC framing included, HTTP/2 and TLS not), by the message's kind in the protocol.", "kind"),
+	}
+}
+
+func (w *wireStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (w *wireStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (w *wireStats) HandleConn(context.Context, stats.ConnStats) {}
+
+func (w *wireStats) HandleRPC(_ context.Context, s stats.RPCStats) {
+	switch p := s.(type) {
+	case *stats.InPayload:
+		w.in.WithLabelValues(kindOf(p.Payload)).Add(float64(p.WireLength))
+	case *stats.OutPayload:
+		w.out.WithLabelValues(kindOf(p.Payload)).Add(float64(p.WireLength))
+	}
+}
+
+func kindOf(payload any) string {
+	if m, ok := payload.(proto.Message); ok {
+		return kind(m)
+	}
+	return "other"
+}
+
+// kind is the name of the field a ClientMessage or ServerMessage carries
+// (upload, round_start, ...): one of the protocol's, or "empty" for a
+// message that carries none the schema knows.
+func kind(m proto.Message) string {
+	r := m.ProtoReflect()
+	body := r.Descriptor().Oneofs().ByName("body")
+	if body == nil {
+		return "other"
+	}
+	if f := r.WhichOneof(body); f != nil {
+		return string(f.Name())
+	}
+	return "empty"
+}
