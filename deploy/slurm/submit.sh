@@ -15,7 +15,7 @@ run=$(realpath -m "$1"); n=$2; shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$run"
 if [ ! -s "$run/token" ]; then
-  (umask 077 && head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$run/token")
+  (umask 077 && head -c 24 /dev/urandom | base64 | tr -d '/+=\n' > "$run/token")
 fi
 rm -f "$run/server-address"
 export FEDPQ_RUN=$run
