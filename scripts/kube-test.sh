@@ -15,9 +15,14 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 for c in podman kubectl python3; do
-  command -v $c >/dev/null || { echo "kube test: SKIPPED: $c is not installed (apt-get install podman runc kubernetes-client python3-yaml)"; exit 0; }
+  command -v $c >/dev/null || { echo "kube test: SKIPPED: $c is not installed (apt-get install podman runc python3-yaml, and kubectl 1.21 or later)"; exit 0; }
 done
 python3 -c 'import yaml' 2>/dev/null || { echo "kube test: SKIPPED: python3-yaml is not installed"; exit 0; }
+kustomize=$(kubectl version --client 2>/dev/null | sed -n 's/^Kustomize Version: v\([0-9]*\).*/\1/p')
+if [ "${kustomize:-0}" -lt 4 ]; then
+  echo "kube test: SKIPPED: kubectl's kustomize is older than v4 (Debian's kubernetes-client 1.20 has v2): install kubectl 1.21 or later"
+  exit 0
+fi
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/deploy/podman/containers.conf}
 clients=5
 rounds=8
