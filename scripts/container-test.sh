@@ -19,8 +19,8 @@ rounds=2
 id=fedpq-ct-$$
 work=$(mktemp -d)
 cleanup() {
-  for k in $(seq 0 $((clients - 1))); do podman rm -f -t 0 "$id-client-$k" >/dev/null 2>&1 || true; done
-  podman rm -f -t 0 "$id-server" >/dev/null 2>&1 || true
+  for k in $(seq 0 $((clients - 1))); do podman rm -f -v -t 0 "$id-client-$k" >/dev/null 2>&1 || true; done
+  podman rm -f -v -t 0 "$id-server" >/dev/null 2>&1 || true
   podman network rm -f "$id" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
