@@ -9,13 +9,14 @@
 # and plays the server again with the same volume, as a rescheduled pod: it
 # checks that the server checkpointed and exited 0, that the new pod resumed
 # from the checkpoint, that the run finished with every upload of every round
-# counted, once each, and that every client exited 0 after the run.
+# counted, once each, and that every client exited 0 after the run. It reads
+# the server pod's /healthz, /readyz and /metrics (--metrics :9090) at its IP.
 # Without podman, kubectl or python3-yaml it prints that it skipped, exits 0.
 #   scripts/kube-test.sh          (CI: .ci/run calls it)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-for c in podman kubectl python3; do
-  command -v $c >/dev/null || { echo "kube test: SKIPPED: $c is not installed (apt-get install podman runc python3-yaml, and kubectl 1.21 or later)"; exit 0; }
+for c in podman kubectl python3 curl; do
+  command -v $c >/dev/null || { echo "kube test: SKIPPED: $c is not installed (apt-get install podman runc python3-yaml curl, and kubectl 1.21 or later)"; exit 0; }
 done
 python3 -c 'import yaml' 2>/dev/null || { echo "kube test: SKIPPED: python3-yaml is not installed"; exit 0; }
 kustomize=$(kubectl version --client 2>/dev/null | sed -n 's/^Kustomize Version: v\([0-9]*\).*/\1/p')
@@ -80,7 +81,12 @@ for _ in $(seq 600); do
   sleep 0.2
 done
 grep -q "round 2 done" server-1.log || fail "the server did not finish round 2 in 2 minutes"
-echo "kube test: round 2 done; stopping the server's pod"
+# What a kubelet's probes and Prometheus would read, from the pod's address.
+curl -fsS "http://$ip:9090/healthz" >/dev/null || fail "the server pod's /healthz did not answer 200"
+curl -fsS "http://$ip:9090/readyz" >/dev/null || fail "the server pod's /readyz did not answer 200 while it ran"
+done_now=$(curl -fsS "http://$ip:9090/metrics" | awk '$1 == "fedpq_server_rounds_done" { print int($2) }')
+[ "${done_now:-0}" -ge 2 ] || fail "the server pod's /metrics says ${done_now:-no} rounds done, after round 2"
+echo "kube test: round 2 done, /healthz and /readyz 200, /metrics: $done_now rounds done; stopping the server's pod"
 podman pod stop -t 30 "$server_pod" >/dev/null
 logs server-1.log
 code=$(podman inspect --format '{{.State.ExitCode}}' "$server_pod-server")
