@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Renders fedpq's Kubernetes manifests into what podman kube play runs.
+
+    (kubectl kustomize deploy/kubernetes/base; echo ---; cat secrets.yaml) |
+        deploy/kubernetes/podman.py --secrets DIR [--service NAME=IP] [--only server|clients] [--rescheduled] > play.yaml
+
+podman kube play runs Pods, Deployments, PersistentVolumeClaims (as named
+volumes), ConfigMaps and Secrets, but not Services or Jobs. This keeps the
+former as they are and turns the rest into their nearest equivalents, so
+that what runs under podman is the base itself, not a second copy of it:
+
+- an Indexed Job becomes one Pod per completion index K, named JOB-K, with
+  $(JOB_COMPLETION_INDEX) in its arguments replaced by K (the substitution
+  Kubernetes makes) and JOB_COMPLETION_INDEX=K in its environment;
+- a Service becomes what a pod sees of it: with --service NAME=IP, every pod
+  gets NAME, NAME.NAMESPACE, NAME.NAMESPACE.svc and
+  NAME.NAMESPACE.svc.cluster.local as host aliases of IP, and the pods the
+  Service selects are played with --ip IP (a ClusterIP that is the pod's
+  own); a Service without --service is dropped;
+- a Secret volume gets optional: false, its default, written out: podman 4.3
+  crashes on a Secret volume that leaves it unset (containers/podman#16636);
+- container ports are dropped: podman would publish each on the host, where
+  two pods' :9090 collide; pods reach each other on the podman network;
+- liveness and readiness probes are dropped: podman runs probes as commands
+  inside the container (curl), which a FROM scratch image does not have, and
+  only under systemd timers.
+
+With --secrets DIR it writes each Secret as DIR/NAME.json instead, for
+podman secret create NAME DIR/NAME.json (on a cluster, too, the Secrets
+exist before the workloads that use them): podman 4.3 reads a Secret that
+an environment variable refers to as a JSON map of keys to base64 values
+(containers/podman#16269), but a Secret volume's as the Secret itself, and
+writes its data's values as they stand, without decoding them: a volume's
+Secret is written with its data decoded.
+
+With --only server it prints only the Deployments and what they mount
+(ConfigMaps, volume claims), with --only clients only the Jobs' pods: so the
+server can be played with its --ip, and played again beside the clients.
+With --rescheduled it leaves out the volume claims, whose volumes exist
+already: podman keeps them, as a cluster keeps a rescheduled pod's claims.
+"""
+import base64
+import json
+import os
+import re
+import sys
+
+import yaml
+
+
+def adapt(spec):
+    """Adapts a pod's spec to podman kube play: no probes or ports, explicit optional."""
+    for c in spec.get("containers", []):
+        c.pop("ports", None)
+        c.pop("livenessProbe", None)
+        c.pop("readinessProbe", None)
+        c.pop("startupProbe", None)
+    for v in spec.get("volumes", []):
+        if "secret" in v:
+            v["secret"].setdefault("optional", False)
+
+
+def job_pods(job):
+    spec = job["spec"]
+    if spec.get("completionMode") != "Indexed":
+        sys.exit(f"podman.py: Job {job['metadata']['name']}: only Indexed Jobs can be rendered as pods")
+    tmpl = spec["template"]
+    pods = []
+    for k in range(spec.get("completions", 1)):
+        spec_k = yaml.safe_load(yaml.safe_dump(tmpl["spec"]))
+        spec_k["restartPolicy"] = "Never"
+        adapt(spec_k)
+        for c in spec_k["containers"]:
+            c["args"] = [re.sub(r"\$\(JOB_COMPLETION_INDEX\)", str(k), a) for a in c.get("args", [])]
+            c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "value": str(k)})
+        meta = {"name": f"{job['metadata']['name']}-{k}", "labels": dict(tmpl.get("metadata", {}).get("labels", {}))}
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec_k})
+    return pods
+
+
+def env_secrets(docs):
+    """The names of the Secrets that workloads read as environment variables."""
+    names = set()
+    for d in docs:
+        spec = pod_spec(d)
+        for c in spec.get("containers", []) if spec else []:
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    names.add(ref["name"])
+    return names
+
+
+def pod_spec(doc):
+    kind = doc["kind"]
+    if kind in ("Deployment", "Job"):
+        return doc["spec"]["template"]["spec"]
+    if kind == "Pod":
+        return doc["spec"]
+    return None
+
+
+def write_secret(doc, directory, as_env):
+    """Writes a Secret as podman 4.3 reads it: for environment variables, a
+    JSON map of its keys to their base64 values; for volumes, the Secret with
+    its data decoded (podman writes each value's text as it stands)."""
+    data = doc.get("data", {})
+    if not as_env:
+        doc = {**doc, "data": {k: base64.b64decode(v).decode() for k, v in data.items()}}
+    with open(os.path.join(directory, doc["metadata"]["name"] + ".json"), "w") as f:
+        json.dump(data if as_env else doc, f)
+
+
+def add_aliases(spec, services):
+    """Adds each Service's names, as host aliases of its IP, to a pod."""
+    for (name, ns), ip in services.items():
+        names = [name, f"{name}.{ns}", f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
+        spec.setdefault("hostAliases", []).append({"ip": ip, "hostnames": names})
+
+
+def main():
+    args = sys.argv[1:]
+    opt = lambda flag: [args[i + 1] for i, a in enumerate(args) if a == flag]
+    secrets = (opt("--secrets") or [None])[0]
+    only = (opt("--only") or [None])[0]
+    if only not in (None, "server", "clients"):
+        sys.exit("podman.py: --only server or --only clients")
+    ips = dict(s.split("=", 1) for s in opt("--service"))
+    docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+    as_env = env_secrets(docs)
+    services = {}
+    for d in docs:
+        name = d["metadata"]["name"]
+        if d["kind"] == "Service" and name in ips:
+            services[(name, d["metadata"].get("namespace", "default"))] = ips[name]
+    out = []
+    for doc in docs:
+        kind = doc["kind"]
+        if kind == "Secret" and secrets:
+            write_secret(doc, secrets, doc["metadata"]["name"] in as_env)
+            continue
+        if kind == "Service" or kind == "PersistentVolumeClaim" and "--rescheduled" in args:
+            continue
+        if only == "clients" and kind != "Job" or only == "server" and kind == "Job":
+            continue
+        if kind == "Job":
+            pods = job_pods(doc)
+            for p in pods:
+                add_aliases(p["spec"], services)
+            out.extend(pods)
+            continue
+        if pod_spec(doc):
+            adapt(pod_spec(doc))
+            add_aliases(pod_spec(doc), services)
+        out.append(doc)
+    # What pods mount first: podman resolves a pod's Secrets and ConfigMaps
+    # from the documents before it.
+    first = ("ConfigMap", "Secret", "PersistentVolumeClaim")
+    out.sort(key=lambda d: 0 if d["kind"] in first else 1)
+    yaml.safe_dump_all(out, sys.stdout, sort_keys=False)
+
+
+if __name__ == "__main__":
+    main()
