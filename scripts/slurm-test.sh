@@ -2,9 +2,13 @@
 # The Slurm test: on the single-node Slurm of scripts/slurm-local.sh (started
 # here if it is not running, and stopped again), it submits
 #  1. a deployment with deploy/slurm/submit.sh: the server job and 5 clients
-#     as a job array, over TLS (a certificate for this node's name), 2 rounds
-#     of ldpq with secure aggregation on synthetic data; and checks that the
-#     run finished with every upload of every round counted;
+#     as a job array, over TLS (a certificate for this node's name), 8 rounds
+#     of ldpq with secure aggregation on synthetic data (an MLP, 500 epochs a
+#     round: a second or more); once round 2 is done it requeues the server
+#     job (scontrol requeue: SIGTERM, then Slurm starts the job again), and
+#     checks that the server stopped after a round, the requeued job resumed
+#     from it, and the run finished with every upload of every round counted,
+#     each round once, and every client task saw the end;
 #  2. a simulation over 3 seeds with deploy/slurm/fedpq-seeds.sbatch, and
 #     checks that each seed's run finished.
 # Without Slurm it prints that it skipped and exits 0.
@@ -35,7 +39,7 @@ fi
 (cd "$repo" && go build -o "$work/fedpq" ./cmd/fedpq)
 export FEDPQ=$work/fedpq
 clients=5
-rounds=2
+rounds=8
 run=$work/deploy
 
 fail() {
@@ -43,36 +47,49 @@ fail() {
   for f in "$run"/fedpq-server-*.out "$run"/fedpq-client-*-0.out; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
   exit 1
 }
-# wait_jobs ID...: until Slurm no longer lists them (at most 5 minutes).
+# wait_jobs ID...: until Slurm no longer lists them (at most 10 minutes).
 wait_jobs() {
   local ids
   ids=$(IFS=,; echo "$*")
-  for _ in $(seq 300); do
+  for _ in $(seq 600); do
     [ -z "$(squeue -h -j "$ids" 2>/dev/null)" ] && return
     sleep 1
   done
   scancel "$@" || true
-  fail "jobs $* still queued or running after 5 minutes"
+  fail "jobs $* still queued or running after 10 minutes"
 }
 
 "$repo/scripts/tls-cert.sh" "$run/tls" "$(hostname)" >/dev/null
-out=$("$repo/deploy/slurm/submit.sh" "$run" "$clients" --dataset synthetic --model linear --rounds "$rounds" \
+out=$("$repo/deploy/slurm/submit.sh" "$run" "$clients" --dataset synthetic --model mlp --epochs 500 --rounds "$rounds" \
   --mechanism ldpq --epsilon 1 --secure-aggregation --weighting mean)
 echo "$out"
 server=$(echo "$out" | sed -n 's/^server job \([0-9]*\),.*/\1/p')
 array=$(echo "$out" | sed -n 's/.*clients job array \([0-9]*\) .*/\1/p')
+log=$run/fedpq-server-$server.out
+for _ in $(seq 600); do
+  grep -q "round 2 done" "$log" 2>/dev/null && break
+  sleep 0.5
+done
+grep -q "round 2 done" "$log" 2>/dev/null || { scancel "$server" "$array"; fail "the server job did not finish round 2 in 5 minutes"; }
+scontrol requeue "$server"
+echo "slurm test: round 2 done; requeued the server job"
 wait_jobs "$server" "$array"
-log=$(echo "$run"/fedpq-server-"$server".out)
-[ -f "$log" ] || fail "no server output $log"
 grep -q "run finished after $rounds rounds" "$log" || fail "the server job did not finish the run"
+stopped=$(sed -n 's/.*stopping after round \([0-9]*\) of.*/\1/p' "$log")
+[ -n "$stopped" ] || fail "the server did not say where it stopped when requeued"
+[ "$stopped" -lt "$rounds" ] || fail "the run had finished before the server job was requeued"
+grep -q "resuming .* after round $stopped " "$log" || fail "the requeued server job did not resume after round $stopped"
+lines=$(wc -l < "$run/run/metrics.jsonl")
+distinct=$(grep -o '"round":[0-9]*' "$run/run/metrics.jsonl" | sort -u | wc -l)
+[ "$lines" = "$rounds" ] && [ "$distinct" = "$rounds" ] || fail "metrics.jsonl: $lines lines for $distinct distinct rounds, want $rounds"
 grep -q "unmasking the sum of $clients clients' uploads" "$log" || fail "no securely aggregated round in the server's log"
 full=$(grep -c "\"clients\":$clients,\"dropped\":0," "$run/run/metrics.jsonl" || true)
 [ "$full" = "$rounds" ] || fail "metrics.jsonl: $full of $rounds rounds had all $clients uploads"
 for k in $(seq 0 $((clients - 1))); do
   grep -q "run finished after $rounds rounds" "$run/fedpq-client-$array-$k.out" || fail "client $k (array task $k) did not finish"
 done
-grep -E "round [0-9]+ done|final accuracy" "$log"
-echo "slurm test: deployment ok: server job $server and a $clients-task client array, TLS to $(hostname), $rounds secure rounds, every upload counted"
+grep -E "round (2|$stopped|$rounds) done|stopping after|resuming|final accuracy" "$log" | uniq
+echo "slurm test: deployment ok: server job $server and a $clients-task client array, TLS to $(hostname), requeued after round $stopped and resumed, $rounds secure rounds, every upload counted"
 
 sims=$work/seeds
 mkdir -p "$sims"
