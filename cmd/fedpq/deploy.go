@@ -142,6 +142,12 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		logger.Printf("no --tls-cert: the join token and the uploads travel unencrypted; use TLS beyond a trusted network")
 	}
 	srv, err := transport.NewServer(cfg)
+	if fin := new(transport.FinishedError); errors.As(err, &fin) {
+		// Nothing to do, which is not a failure: a restarted job whose run
+		// is over ends as the run did. No summary is printed as if it ran.
+		logger.Print(fin)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
