@@ -280,7 +280,7 @@ type FinishedError struct {
 }
 
 func (e *FinishedError) Error() string {
-	return fmt.Sprintf("the run in %s finished earlier, after %d rounds (its summary: %s; metrics.jsonl beside it), and was not run again: to run it again, give it another --out, or remove %s",
+	return fmt.Sprintf("the run in %s finished earlier, after %d rounds (its summary: %s; metrics.jsonl beside it); nothing to do: to run it again, give it another --out, or remove %s",
 		e.Dir, e.Rounds, filepath.Join(e.Dir, report.SummaryFile), e.Dir)
 }
 

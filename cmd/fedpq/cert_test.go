@@ -14,7 +14,8 @@ import (
 // process presents them, and two client processes that check them finish
 // the run, one dialing 127.0.0.1, one checking the Service name; a client
 // without --tls-ca stops at once with what to do. A second fedpq cert
-// into the same directory overwrites nothing.
+// into the same directory overwrites nothing; the server's command given
+// again once the run is over runs nothing, and says so.
 func TestCertTLS(t *testing.T) {
 	dir := t.TempDir()
 	tlsDir := filepath.Join(dir, "tls")
@@ -64,4 +65,10 @@ func TestCertTLS(t *testing.T) {
 		}
 	}
 	server.await(t, "does not speak TLS", time.Second)
+
+	// The same command again: the run is over, and is not run again.
+	code, out, errOut = runCLI(server.cmd.Args[1:]...)
+	if code != 0 || out != "" || !strings.Contains(errOut, "finished earlier, after 1 rounds (its summary: "+filepath.Join(dir, "run", "summary.json")) {
+		t.Errorf("the server's command again: exit %d, stdout %q, stderr %s", code, out, errOut)
+	}
 }

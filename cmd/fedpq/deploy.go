@@ -151,6 +151,12 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer stop()
 	}
 	srv, err := transport.NewServer(cfg)
+	if fin := new(transport.FinishedError); errors.As(err, &fin) {
+		// Nothing to do, which is not a failure: a restarted job whose run
+		// is over ends as the run did. No summary is printed as if it ran.
+		logger.Print(fin)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
