@@ -191,6 +191,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	conn, err := grpc.NewClient(c.cfg.Server, grpc.WithTransportCredentials(c.cfg.Creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
 		grpc.WithSharedWriteBuffer(true), // not held while idle: a fleet holds thousands of connections
+		grpc.WithReadBufferSize(readBuffer),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute, Timeout: pingTimeout}))
 	if err != nil {
 		return nil, false, &setupError{err}
