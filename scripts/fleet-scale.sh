@@ -2,7 +2,8 @@
 # Measures one fedpq server with many clients on this machine (loopback):
 # fleets of PER clients each (fedpq client --partition A-B/N) join a server
 # of N clients, which runs ROUNDS rounds of MODE. For every round it prints
-# one row: the server's resident memory when the round is done, and beyond
+# one row: the server's resident memory when the round is done (and its
+# peak so far), and beyond
 # what it held before any client joined, per client; the server's CPU
 # seconds since the round before (round 1: since it listened, the joins); the round's steps as the server logged them; the
 # largest fleet's resident memory then (the last round's figures are the
@@ -36,14 +37,13 @@ case $MODE in
   *) echo "MODE $MODE: want ldpq, corbin or secure" >&2; exit 2 ;;
 esac
 go build -o "$work/fedpq" ./cmd/fedpq
-port=$((20000 + RANDOM % 20000))
 export FEDPQ_TOKEN=scale
 # A round's deadline and each secure step's deadline scale with the
 # clients: 10,000 clients on 2 cores take minutes to deal their shares.
 steps=$((30 + N / 50))
 "$work/fedpq" server --dataset mnist --data-dir "$DATA" --model "$MODEL" --clients "$N" --rounds "$ROUNDS" \
   --mechanism "$mech" "${secure[@]}" --epochs 1 --batch 10 --lr 0.1 --seed 1 --out "$work/run" \
-  --listen "127.0.0.1:$port" --grace 30m --gather 30s --round-timeout 60m --key-share-timeout "${steps}s" \
+  --listen 127.0.0.1:0 --grace 30m --gather 30s --round-timeout 60m --key-share-timeout "${steps}s" \
   >"$work/server.out" 2>"$work/server.log" &
 server=$!
 pids+=("$server")
@@ -51,8 +51,10 @@ until grep -q "listening on" "$work/server.log"; do
   kill -0 "$server" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
   sleep 0.2
 done
+addr=$(sed -nE 's/.*listening on ([0-9.:]+):.*/\1/p' "$work/server.log")
 tick=$(getconf CLK_TCK)
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+hwm() { awk '/^VmHWM/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 cpu() { awk -v t="$tick" '{printf "%.2f", ($14 + $15) / t}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 base=$(rss "$server")
 load=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -60,7 +62,7 @@ load=$(cut -d' ' -f1-3 /proc/loadavg)
 fleets=()
 for ((a = 0; a < N; a += PER)); do
   b=$((a + PER - 1 < N - 1 ? a + PER - 1 : N - 1))
-  "$work/fedpq" client --server "127.0.0.1:$port" --partition "$a-$b/$N" --data-dir "$DATA" \
+  "$work/fedpq" client --server "$addr" --partition "$a-$b/$N" --data-dir "$DATA" \
     --key "$work/keys" --state "$work/state" --retry-for 30m >"$work/fleet-$a.out" 2>"$work/fleet-$a.log" &
   fleets+=($!)
   pids+=($!)
@@ -68,14 +70,14 @@ done
 
 printf '# %d clients, %s, model %s, %d fleets of up to %d; load average at start %s\n' "$N" "$MODE" "$MODEL" "${#fleets[@]}" "$PER" "$load"
 printf '# server resident memory before any client joined: %d MB\n' $((base / 1024))
-printf '| clients | mode | round | uploads | server RSS MB | per client KB | server CPU s since the round before (round 1: joins too) | round steps (server log) | fleet RSS MB (max) | load |\n'
-seen=0 cpu0=$(cpu "$server") now=0 cpunow=0 fleetnow=0
+printf '| clients | mode | round | uploads | server RSS MB (peak) | per client KB | server CPU s since the round before (round 1: joins too) | round steps (server log) | fleet RSS MB (max) | load |\n'
+seen=0 cpu0=$(cpu "$server") now=0 peak=0 cpunow=0 fleetnow=0
 # sample reads the server's memory and CPU time and the fleets' largest
 # memory now; row prints the rows of the rounds done since the last call,
 # with the last sample.
 sample() {
   local r f m=0
-  r=$(rss "$server") && [ "${r:-0}" -gt 0 ] && now=$r && cpunow=$(cpu "$server")
+  r=$(rss "$server") && [ "${r:-0}" -gt 0 ] && now=$r && cpunow=$(cpu "$server") && peak=$(hwm "$server")
   for f in "${fleets[@]}"; do
     r=$(rss "$f")
     [ "${r:-0}" -gt "$m" ] && m=$r
@@ -89,7 +91,7 @@ row() {
     seen=$((seen + 1))
     line=$(grep "round $seen done: " "$work/server.log")
     uploads=$(sed -E 's/.*done: ([0-9]+ uploads, [0-9]+ missing).*/\1/' <<<"$line")
-    printf '| %d | %s | %d | %s | %d | %.0f | %.1f | %s | %d | %s |\n' "$N" "$MODE" "$seen" "$uploads" $((now / 1024)) \
+    printf '| %d | %s | %d | %s | %d (%d) | %.0f | %.1f | %s | %d | %s |\n' "$N" "$MODE" "$seen" "$uploads" $((now / 1024)) $((peak / 1024)) \
       "$(awk -v a="$now" -v b="$base" -v n="$N" 'BEGIN {print (a - b) / n}')" \
       "$(awk -v a="$cpunow" -v b="$cpu0" 'BEGIN {print a - b}')" \
       "${line##*took }" $((fleetnow / 1024)) "$(cut -d' ' -f1 /proc/loadavg)"

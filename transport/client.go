@@ -213,11 +213,13 @@ func (e *setupError) Unwrap() error { return e.err }
 // session is one connection: Hello, Join, then rounds until the end.
 func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, err error) {
 	// Keepalive pings find a server that vanished without closing the
-	// connection; the server accepts a ping every 20 s at most.
+	// connection; the server accepts a ping every 20 s at most. A ping
+	// has pingTimeout to be answered.
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(c.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
 		grpc.WithSharedWriteBuffer(true), // not held while idle: a fleet holds thousands of connections
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute, Timeout: 20 * time.Second})}
+		grpc.WithReadBufferSize(readBuffer),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute, Timeout: pingTimeout})}
 	if h := c.cfg.Metrics.stats(); h != nil {
 		opts = append(opts, grpc.WithStatsHandler(h))
 	}

@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fedpq/fedpq/data"
 )
 
 // TestFleet: one process runs a fleet of 60 clients against a server, in
-// plain rounds with pairs (corbin) and in a secure round; every client's
-// upload is counted, and the clients are clients of their own: each its own
+// plain rounds with pairs (corbin) on partitions of a shared dataset and
+// on the clients' own files, and in a secure round; every client's upload
+// is counted, and the clients are clients of their own: each its own
 // identity key (the server pins 60 distinct keys), its own randomness and
 // its own state file.
 func TestFleet(t *testing.T) {
@@ -23,22 +26,32 @@ func TestFleet(t *testing.T) {
 	for _, tc := range []struct {
 		mech   string
 		secure bool
+		own    bool
 		rounds int
-	}{{"corbin", false, 2}, {"ldpq", true, 1}} {
-		t.Run(fmt.Sprintf("%s/secure=%v", tc.mech, tc.secure), func(t *testing.T) {
+	}{{"corbin", false, false, 2}, {"corbin", false, true, 1}, {"ldpq", true, false, 1}} {
+		t.Run(fmt.Sprintf("%s/secure=%v/own=%v", tc.mech, tc.secure, tc.own), func(t *testing.T) {
 			c := runConfig(t, tc.mech, n, tc.rounds)
 			c.SecureAggregation = tc.secure
 			if tc.secure {
 				c.Weighting = "mean"
 			}
+			var own string
+			if tc.own {
+				own = ownFiles(t, c.Dataset, n)
+				c.TestData, c.MaxExamples = filepath.Join(own, "test.npz"), 1000
+			}
 			ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
 			states := t.TempDir()
 			var ccs []ClientConfig
 			for k := range n {
-				ccs = append(ccs, ClientConfig{
+				cc := ClientConfig{
 					Server: ts.addr, ID: k, Clients: n, Key: NewKey(), Token: token, Creds: insecure.NewCredentials(),
 					RetryFor: 30 * time.Second, State: filepath.Join(states, fmt.Sprintf("client-%d.state", k)),
-				})
+				}
+				if tc.own {
+					cc.Clients, cc.Data = 0, filepath.Join(own, fmt.Sprintf("client-%d.npz", k))
+				}
+				ccs = append(ccs, cc)
 			}
 			logs := &syncBuffer{}
 			f, err := NewFleet(FleetConfig{Clients: ccs, Workers: 2, Every: time.Second, Log: log.New(logs, "fleet: ", 0)})
@@ -85,4 +98,28 @@ func TestFleet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ownFiles writes n clients' own files of dataset, client-K.npz, and the
+// test set, test.npz, in a new directory.
+func ownFiles(t *testing.T, dataset string, n int) string {
+	t.Helper()
+	fed, err := data.Load(dataset, data.Options{Clients: n, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for k, idx := range fed.Natural {
+		if err := data.Write(filepath.Join(dir, fmt.Sprintf("client-%d.npz", k)), data.FormatNPZ, fed.Train, idx, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := make([]int, fed.Test.Len())
+	for i := range all {
+		all[i] = i
+	}
+	if err := data.Write(filepath.Join(dir, "test.npz"), data.FormatNPZ, fed.Test, all, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

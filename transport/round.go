@@ -167,6 +167,23 @@ func (s *Server) waitPlan(graceLeft, waited time.Duration) string {
 	return "waiting for ever (--max-wait bounds it)"
 }
 
+// firstTen lists client ids, the first ten of them: one log line however
+// many clients a round has.
+func firstTen(ids []int) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i == 10 {
+			fmt.Fprintf(&b, " and %d more", len(ids)-10)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, id)
+	}
+	return b.String()
+}
+
 // missing names the clients not connected, the first ten of them.
 func (s *Server) missing() string {
 	s.mu.Lock()
@@ -305,10 +322,14 @@ wait:
 	defer s.mu.Unlock()
 	s.round = nil
 	s.notify()
+	var late []int
 	for pos, st := range rd.state {
 		if st == waiting {
-			s.log.Printf("round %d: no upload from client %d by the deadline", t, plan.Clients[pos])
+			late = append(late, plan.Clients[pos])
 		}
+	}
+	if len(late) > 0 {
+		s.log.Printf("round %d: no upload by the deadline from %d of %d clients: %s", t, len(late), len(rd.state), firstTen(late))
 	}
 	r, err := s.eng.End(plan)
 	rd.phases.mark("aggregate")

@@ -164,10 +164,19 @@ func (s *Server) nextStep(rd *serverRound) {
 			s.secureSend(rd, id, &pb.ServerMessage{Body: &pb.ServerMessage_SecaggInbox{SecaggInbox: m}})
 		}
 	case secureMasked:
+		var left []int
+		defer func() {
+			if len(left) > 0 {
+				s.log.Printf("round %d: %d clients not kept for masking (too few of their share holders took their shares as right): %s", t, len(left), firstTen(left))
+			}
+		}()
 		for _, id := range slices.Sorted(maps.Keys(sr.checked)) {
 			partners, err := sr.srv.Partners(uint64(id))
 			if err != nil {
-				s.log.Printf("round %d: %v", t, err)
+				if len(left) == 0 {
+					s.log.Printf("round %d: %v", t, err)
+				}
+				left = append(left, int(id))
 				continue
 			}
 			sr.kept[id] = true

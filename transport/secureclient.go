@@ -90,7 +90,8 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	if err != nil {
 		return nil, c.decline(stream, t, "policy", err)
 	}
-	cl, err := secagg.NewClient(p, c.policy.SecAgg, uint64(self), ids, rand.Reader)
+	var cl *secagg.Client
+	c.busy(func() { cl, err = secagg.NewClient(p, c.policy.SecAgg, uint64(self), ids, rand.Reader) })
 	if err != nil {
 		return nil, c.decline(stream, t, "policy", err)
 	}
@@ -113,7 +114,11 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	if m1 == nil {
 		return next, err
 	}
-	peers, identities := c.peers(t, runID, m1.GetSecaggPeers())
+	var (
+		peers      map[uint64]secagg.Advertised
+		identities map[uint32]ed25519.PublicKey
+	)
+	c.busy(func() { peers, identities = c.peers(t, runID, m1.GetSecaggPeers()) })
 	var d secagg.Dealing
 	c.busy(func() { d, err = cl.Share(peers) })
 	if err != nil {
@@ -211,15 +216,18 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	}
 	consenting := []uint64{uint64(self)}
 	cs := m5.GetSecaggConsents()
-	for i, j := range cs.GetClients() {
-		if i >= len(cs.GetSignatures()) || j == self {
-			continue
+	var r secagg.Reveal
+	c.busy(func() {
+		for i, j := range cs.GetClients() {
+			if i >= len(cs.GetSignatures()) || j == self {
+				continue
+			}
+			if err := verify(identities[j], secaggConsentSigned(runID, t, digest), cs.GetSignatures()[i]); err == nil {
+				consenting = append(consenting, uint64(j))
+			}
 		}
-		if err := verify(identities[j], secaggConsentSigned(runID, t, digest), cs.GetSignatures()[i]); err == nil {
-			consenting = append(consenting, uint64(j))
-		}
-	}
-	r, err := cl.Unmask(consenting)
+		r, err = cl.Unmask(consenting)
+	})
 	if err != nil {
 		c.log.Printf("round %d: %v", t, err)
 		return nil, nil

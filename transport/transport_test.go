@@ -622,7 +622,7 @@ func TestDeadline(t *testing.T) {
 	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[1]" {
 		t.Errorf("uploads per round %s, want [1]", got)
 	}
-	for _, want := range []string{"deadline passed", "no upload from client 1 by the deadline"} {
+	for _, want := range []string{"deadline passed", "no upload by the deadline from 1 of 2 clients: 1"} {
 		if !strings.Contains(ts.log.String(), want) {
 			t.Errorf("server log lacks %q", want)
 		}
