@@ -99,15 +99,7 @@ func TestServerLingers(t *testing.T) {
 	}
 	server.await(t, `run finished after 2 rounds`, 10*time.Second)
 	server.await(t, `the run is over; staying up \(--linger\)`, 10*time.Second)
-	run, err := report.ReadRun(runDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []int
-	for _, r := range run.Rounds {
-		got = append(got, r.Clients)
-	}
-	if fmt.Sprint(got) != "[5 5]" {
+	if got := uploadsPerRound(t, runDir); got != "[5 5]" {
 		t.Errorf("uploads per round %v, want [5 5]: the two blocks are not the 5 clients", got)
 	}
 	lingering := func(p *proc) {
@@ -141,4 +133,19 @@ func TestServerLingers(t *testing.T) {
 	again.await(t, "finished earlier, after 2 rounds", time.Minute)
 	again.await(t, `staying up \(--linger\)`, 10*time.Second)
 	lingering(again)
+}
+
+// uploadsPerRound is the uploads counted in each round of the run in
+// runDir, as "[5 5]".
+func uploadsPerRound(t *testing.T, runDir string) string {
+	t.Helper()
+	run, err := report.ReadRun(runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, r := range run.Rounds {
+		got = append(got, r.Clients)
+	}
+	return fmt.Sprint(got)
 }
