@@ -173,7 +173,11 @@ func runFleet(ctx context.Context, base transport.ClientConfig, ids []int, files
 	if res.Err != nil {
 		return fmt.Errorf("%d of %d clients failed (%d finished); the first: %w", res.Failed, len(ids), res.Finished, res.Err)
 	}
-	fmt.Fprintf(stdout, "run finished after %d rounds: %d clients\n", res.Rounds, res.Finished)
+	noun := "clients"
+	if res.Finished == 1 {
+		noun = "client"
+	}
+	fmt.Fprintf(stdout, "run finished after %d rounds: %d %s\n", res.Rounds, res.Finished, noun)
 	return nil
 }
 
