@@ -81,8 +81,11 @@ fail() {
 }
 # logs FILE: the server container's log so far, in FILE.
 logs() { podman logs "$server_pod-server" > "$1" 2>&1 || true; }
-podman kube play --network "$net" --ip "$ip" server.yaml >/dev/null
-podman kube play --network "$net" clients.yaml >/dev/null
+# play ARGS: podman kube play, whose warnings on this machine ("No more
+# static macs left", "failed to connect to syslog") are shown only if it fails.
+play() { local out; out=$(podman kube play "$@" 2>&1) || fail "podman kube play $*: $out"; }
+play --network "$net" --ip "$ip" server.yaml
+play --network "$net" clients.yaml
 for _ in $(seq 600); do
   logs server-1.log
   grep -q "round 2 done" server-1.log && break
@@ -103,7 +106,7 @@ stopped=$(sed -n 's/.*stopping after round \([0-9]*\) of.*/\1/p' server-1.log)
 [ -n "$stopped" ] || fail "the server did not say where it stopped"
 [ "$stopped" -lt "$rounds" ] || fail "the run had finished before the server was stopped"
 podman pod rm "$server_pod" >/dev/null
-podman kube play --network "$net" --ip "$ip" server-again.yaml >/dev/null
+play --network "$net" --ip "$ip" server-again.yaml
 for _ in $(seq 600); do
   logs server-2.log
   grep -q "run finished after $rounds rounds" server-2.log && break
