@@ -37,7 +37,7 @@ cd "$work" # podman resolves nothing from here; see deploy/podman/containers.con
 # The image makes its own certificate, as the user it runs as (65532), who
 # then owns server.key (mode 600).
 mkdir -p "$work/tls" "$work/run" && chown 65532:65532 "$work/tls" "$work/run"
-# (podman run --rm says "failed to connect to syslog" here: shown only on failure)
+# (what it prints, and podman's warnings, shown only where it fails)
 made=$(podman run --rm -v "$work/tls:/tls" "$image" cert --names "$id-server" --out /tls 2>&1) || { echo "container test: FAILED: fedpq cert in the image: $made"; exit 1; }
 
 podman network create "$id" >/dev/null
