@@ -4,13 +4,16 @@
 # podman (deploy/kubernetes/podman.py), makes its Secrets
 # (scripts/kube-secrets.sh: token, TLS for the Service's names, roster,
 # client keys), and plays the server's Deployment (its Service's ClusterIP
-# pinned with --ip) and the client Job's 5 pods on a podman network. Once the
-# server has done 2 rounds it stops the server's pod (SIGTERM), removes it,
-# and plays the server again with the same volume, as a rescheduled pod: it
-# checks that the server checkpointed and exited 0, that the new pod resumed
-# from the checkpoint, that the run finished with every upload of every round
-# counted, once each, and that every client exited 0 after the run. It reads
-# the server pod's /healthz, /readyz and /metrics (--metrics :9090) at its IP.
+# pinned with --ip) and the client Job's 2 pods, fleets of 3 and 2 of the 5
+# clients (--block), on a podman network. Once the server has done 2 rounds
+# it stops the server's pod (SIGTERM), removes it, and plays the server again
+# with the same volume, as a rescheduled pod: it checks that the server
+# checkpointed and exited 0, that the new pod resumed from the checkpoint,
+# that the run finished with every upload of every round counted, once each,
+# and that both client pods exited 0 after the run. It reads the server
+# pod's /healthz, /readyz and /metrics (--metrics :9090) at its IP, while it
+# runs and once the run is over, when it stays up (--linger) until its pod
+# is stopped, and then exits 0.
 # Without podman, kubectl or python3-yaml it prints that it skipped, exits 0.
 #   scripts/kube-test.sh          (CI: .ci/run calls it)
 set -euo pipefail
@@ -30,6 +33,7 @@ if [ "${kustomize:-0}" -lt 4 ]; then
 fi
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/deploy/podman/containers.conf}
 clients=5
+pods=2 # the client Job's completions: fleets of --block-size 3
 rounds=8
 net=fedpq-kube-test
 subnet=10.89.177.0/24
@@ -77,8 +81,11 @@ fail() {
 }
 # logs FILE: the server container's log so far, in FILE.
 logs() { podman logs "$server_pod-server" > "$1" 2>&1 || true; }
-podman kube play --network "$net" --ip "$ip" server.yaml >/dev/null
-podman kube play --network "$net" clients.yaml >/dev/null
+# play ARGS: podman kube play, whose warnings on this machine ("No more
+# static macs left", "failed to connect to syslog") are shown only if it fails.
+play() { local out; out=$(podman kube play "$@" 2>&1) || fail "podman kube play $*: $out"; }
+play --network "$net" --ip "$ip" server.yaml
+play --network "$net" clients.yaml
 for _ in $(seq 600); do
   logs server-1.log
   grep -q "round 2 done" server-1.log && break
@@ -99,7 +106,7 @@ stopped=$(sed -n 's/.*stopping after round \([0-9]*\) of.*/\1/p' server-1.log)
 [ -n "$stopped" ] || fail "the server did not say where it stopped"
 [ "$stopped" -lt "$rounds" ] || fail "the run had finished before the server was stopped"
 podman pod rm "$server_pod" >/dev/null
-podman kube play --network "$net" --ip "$ip" server-again.yaml >/dev/null
+play --network "$net" --ip "$ip" server-again.yaml
 for _ in $(seq 600); do
   logs server-2.log
   grep -q "run finished after $rounds rounds" server-2.log && break
@@ -113,15 +120,28 @@ all=$(grep -c "\"clients\":$clients,\"dropped\":0," "$runlog" || true)
 lines=$(wc -l < "$runlog")
 [ "$done_rounds" = "$rounds" ] && [ "$lines" = "$rounds" ] || fail "metrics.jsonl: $lines lines for $done_rounds distinct rounds, want $rounds"
 [ "$all" = "$rounds" ] || fail "metrics.jsonl: $all of $rounds rounds had all $clients uploads"
-for k in $(seq 0 $((clients - 1))); do
+for k in $(seq 0 $((pods - 1))); do
   for _ in $(seq 60); do
     [ "$(podman inspect --format '{{.State.Status}}' "fedpq-clients-$k-client")" = exited ] && break
     sleep 0.5
   done
   code=$(podman inspect --format '{{.State.ExitCode}}' "fedpq-clients-$k-client")
-  [ "$code" = 0 ] || fail "client $k exited $code"
-  grep -q "run finished after $rounds rounds" <(podman logs "fedpq-clients-$k-client" 2>&1) || fail "client $k did not see the run finish"
+  [ "$code" = 0 ] || fail "client pod $k exited $code"
+  grep -q "run finished after $rounds rounds" <(podman logs "fedpq-clients-$k-client" 2>&1) || fail "client pod $k did not see the run finish"
 done
+# The run is over, and the server stays up (--linger): live, not ready.
+sleep 2
+[ "$(podman inspect --format '{{.State.Status}}' "$server_pod-server")" = running ] || fail "the server exited after the run, --linger notwithstanding"
+http() { curl -s -o /dev/null -w '%{http_code}' "http://$ip:9090/$1"; }
+[ "$(http healthz)" = 200 ] || fail "the lingering server's /healthz answered $(http healthz), want 200"
+[ "$(http readyz)" = 503 ] || fail "the lingering server's /readyz answered $(http readyz), want 503"
+finished=$(curl -fsS "http://$ip:9090/metrics" | awk '$1 == "fedpq_server_run_finished" { print $2 }')
+[ "$finished" = 1 ] || fail "the lingering server's /metrics says fedpq_server_run_finished ${finished:-(none)}, want 1"
+podman pod stop -t 30 "$server_pod" >/dev/null
+logs server-2.log
+code=$(podman inspect --format '{{.State.ExitCode}}' "$server_pod-server")
+[ "$code" = 0 ] || fail "the lingering server exited $code on SIGTERM"
+grep -q "told to stop: exiting" server-2.log || fail "the lingering server did not say it was told to stop"
 grep -E "stopping after|round $stopped done" server-1.log
-grep -E "resuming|round $rounds done|run finished" server-2.log
-echo "kube test: ok: Deployment + Indexed Job under podman kube play, TLS to the Service's name, server pod stopped after round $stopped and rescheduled: resumed, $rounds rounds with all $clients uploads each; every client exited 0"
+grep -E "resuming|round $rounds done|run finished|staying up|told to stop: exiting" server-2.log
+echo "kube test: ok: Deployment + Indexed Job under podman kube play, TLS to the Service's name, server pod stopped after round $stopped and rescheduled: resumed, $rounds rounds with all $clients uploads each; both fleet pods ($clients clients) exited 0; the finished server stayed up (/healthz 200, /readyz 503, run_finished 1) until stopped, and exited 0"

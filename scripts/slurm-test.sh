@@ -2,13 +2,14 @@
 # The Slurm test: on the single-node Slurm of scripts/slurm-local.sh (started
 # here if it is not running, and stopped again), it submits
 #  1. a deployment with deploy/slurm/submit.sh: the server job and 5 clients
-#     as a job array, over TLS (a certificate for this node's name), 8 rounds
+#     as a job array of 3 fleets (2, 2 and 1 clients: FEDPQ_BLOCK_SIZE=2),
+#     over TLS (fedpq cert, for this node's name), 8 rounds
 #     of ldpq with secure aggregation on synthetic data (an MLP, 500 epochs a
 #     round: a second or more); once round 2 is done it requeues the server
 #     job (scontrol requeue: SIGTERM, then Slurm starts the job again), and
 #     checks that the server stopped after a round, the requeued job resumed
 #     from it, and the run finished with every upload of every round counted,
-#     each round once, and every client task saw the end;
+#     each round once, and every task saw the end;
 #  2. a simulation over 3 seeds with deploy/slurm/fedpq-seeds.sbatch, and
 #     checks that each seed's run finished.
 # Without Slurm it prints that it skipped and exits 0.
@@ -39,6 +40,8 @@ fi
 (cd "$repo" && go build -o "$work/fedpq" ./cmd/fedpq)
 export FEDPQ=$work/fedpq
 clients=5
+block=2 # clients a task: tasks 0-2
+tasks=$(((clients + block - 1) / block))
 rounds=8
 run=$work/deploy
 
@@ -59,8 +62,8 @@ wait_jobs() {
   fail "jobs $* still queued or running after 10 minutes"
 }
 
-"$repo/scripts/tls-cert.sh" "$run/tls" "$(hostname)" >/dev/null
-out=$("$repo/deploy/slurm/submit.sh" "$run" "$clients" --dataset synthetic --model mlp --epochs 500 --rounds "$rounds" \
+"$FEDPQ" cert --names "$(hostname)" --out "$run/tls" >/dev/null
+out=$(FEDPQ_BLOCK_SIZE=$block "$repo/deploy/slurm/submit.sh" "$run" "$clients" --dataset synthetic --model mlp --epochs 500 --rounds "$rounds" \
   --mechanism ldpq --epsilon 1 --secure-aggregation --weighting mean)
 echo "$out"
 server=$(echo "$out" | sed -n 's/^server job \([0-9]*\),.*/\1/p')
@@ -85,11 +88,12 @@ distinct=$(grep -o '"round":[0-9]*' "$run/run/metrics.jsonl" | sort -u | wc -l)
 grep -q "unmasking the sum of $clients clients' uploads" "$log" || fail "no securely aggregated round in the server's log"
 full=$(grep -c "\"clients\":$clients,\"dropped\":0," "$run/run/metrics.jsonl" || true)
 [ "$full" = "$rounds" ] || fail "metrics.jsonl: $full of $rounds rounds had all $clients uploads"
-for k in $(seq 0 $((clients - 1))); do
-  grep -q "run finished after $rounds rounds" "$run/fedpq-client-$array-$k.out" || fail "client $k (array task $k) did not finish"
+for k in $(seq 0 $((tasks - 1))); do
+  grep -q "run finished after $rounds rounds" "$run/fedpq-client-$array-$k.out" || fail "array task $k did not finish"
 done
 grep -E "round (2|$stopped|$rounds) done|stopping after|resuming|final accuracy" "$log" | uniq
-echo "slurm test: deployment ok: server job $server and a $clients-task client array, TLS to $(hostname), requeued after round $stopped and resumed, $rounds secure rounds, every upload counted"
+grep -h "run finished after" "$run"/fedpq-client-"$array"-*.out
+echo "slurm test: deployment ok: server job $server and $clients clients in a $tasks-task array of fleets, TLS to $(hostname), requeued after round $stopped and resumed, $rounds secure rounds, every upload counted"
 
 sims=$work/seeds
 mkdir -p "$sims"

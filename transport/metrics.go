@@ -40,7 +40,7 @@ type ServerMetrics struct {
 	epsilon                      *prometheus.GaugeVec
 	delta, finished              prometheus.Gauge
 	wire                         *wireStats
-	serving                      atomic.Bool
+	serving, over                atomic.Bool
 }
 
 // Join refusals, by what the refusal's gRPC code says: the client is not
@@ -90,7 +90,12 @@ func NewServerMetrics() *ServerMetrics {
 func (m *ServerMetrics) Registry() *prometheus.Registry { return m.reg }
 
 // Ready is the server's readiness: nil while it serves its run's clients.
+// A server whose run is over is not ready, lingering or not: it serves no
+// client, and a Service should send none to it.
 func (m *ServerMetrics) Ready() error {
+	if m.over.Load() {
+		return errors.New("the run is over: nothing to serve (fedpq_server_run_finished 1)")
+	}
 	if !m.serving.Load() {
 		return errors.New("not serving: loading the run, or stopping")
 	}
@@ -193,6 +198,18 @@ func (m *ServerMetrics) clients(connected, joined int) {
 func (m *ServerMetrics) runFinished() {
 	if m != nil {
 		m.finished.Set(1)
+		m.over.Store(true)
+	}
+}
+
+// FoundFinished records a run found over when the server started
+// (NewServer's *FinishedError: done of its rounds), for a server that
+// stays up after it (fedpq server --linger): its metrics say the run is
+// done, as they did when it ended.
+func (m *ServerMetrics) FoundFinished(rounds, done int) {
+	if m != nil {
+		m.loaded(rounds, done, nil)
+		m.runFinished()
 	}
 }
 

@@ -84,6 +84,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	key := fs.String("tls-key", "", "TLS private key (PEM; fedpq cert's server.key)")
 	format := fs.String("format", "text", "output: text or json (the summary)")
 	metricsAddr := fs.String("metrics", "", metricsHelp)
+	stay := fs.Bool("linger", false, "once the run is over (or found over when started), stay up until told to stop (SIGTERM or SIGINT), then exit 0, serving --metrics (/healthz 200, /readyz 503: the run is over): for a Kubernetes Deployment, which restarts a server that exits")
 	if path := findConfig(args); path != "" {
 		if err := loadConfig(path, &c); err != nil {
 			return err
@@ -155,6 +156,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// Nothing to do, which is not a failure: a restarted job whose run
 		// is over ends as the run did. No summary is printed as if it ran.
 		logger.Print(fin)
+		cfg.Metrics.FoundFinished(c.Rounds, fin.Rounds)
+		linger(ctx, *stay, logger)
 		return nil
 	}
 	if err != nil {
@@ -172,7 +175,25 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return err
 	}
-	return printSummary(stdout, *format, c, s)
+	if err := printSummary(stdout, *format, c, s); err != nil {
+		return err
+	}
+	linger(ctx, *stay, logger)
+	return nil
+}
+
+// linger keeps a server whose run is over up until ctx ends (SIGTERM or
+// SIGINT), where on (--linger): a Deployment restarts a container that
+// exits, even with 0, and a server that ended its run would be started
+// again and again (CrashLoopBackOff). Its /healthz stays 200, so liveness
+// probes keep it; its /readyz says 503, so no Service sends clients to it.
+func linger(ctx context.Context, on bool, logger *log.Logger) {
+	if !on {
+		return
+	}
+	logger.Printf("the run is over; staying up (--linger) until told to stop (SIGTERM or SIGINT)")
+	<-ctx.Done()
+	logger.Printf("told to stop: exiting")
 }
 
 const clientDescription = `Takes part in a fedpq server's run. The client connects, learns the run's
@@ -245,13 +266,15 @@ func clientPolicy(path string, set map[string]bool, require bool, corrupt float6
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("client", "--server ADDR (--data PATH [--client K] | --partition K/N | --partition A-B/N | --data DIR --clients A-B) [flags]", clientDescription+fleetDescription, stderr)
+	fs := newFlags("client", "--server ADDR (--data PATH [--client K] | --partition K/N | --partition A-B/N | --data DIR --clients A-B) [--block K --block-size S] [flags]", clientDescription+fleetDescription, stderr)
 	server := fs.String("server", "127.0.0.1:7070", "the server's address (host:port)")
 	own := fs.String("data", "", "this client's own dataset (docs/data.md: an ImageFolder, a CSV, an NPZ file, ...), for a run whose clients bring their own")
 	ownFormat := fs.String("data-format", "", "the format of --data: imagefolder, csv, npz, npy, idx or cifar (default: the run's data_format, else from the path)")
 	id := fs.Int("client", -1, "with --data: this client's id K, 0 <= K < N (default: K of --data named client-K, as fedpq split names them)")
 	partition := fs.String("partition", "", "this client's partition of a shared dataset: K/N, client K of the run's N (0 <= K < N); A-B/N runs clients A to B in this process")
 	fleetIDs := fs.String("clients", "", "with --data DIR: run clients A to B (A-B) in this process, client K reading DIR/client-K (as fedpq split writes them)")
+	block := fs.Int("block", -1, "with a fleet's range (--partition A-B/N, --clients A-B) and --block-size S: run only block K of it, its clients K*S to K*S+S-1 counted from the range's first, such as --block=$(JOB_COMPLETION_INDEX) in a Kubernetes Indexed Job")
+	blockSize := fs.Int("block-size", 0, "with --block: the clients in a block (the last block of the range may have fewer)")
 	workers := fs.Int("workers", 0, "with several clients: how many train or encode at once, each with a model of its own (0: the cores Go uses)")
 	dataDir := fs.String("data-dir", "", "with --partition: directory of the dataset files (default $FEDPQ_DATA, else ./data)")
 	keyPath := fs.String("key", "", "identity key (fedpq keygen); default: client-K-of-N.key (client-K.key with --data) in the user's config directory (fedpq/), made on first use. With several clients: the directory of their keys, under those names")
@@ -275,6 +298,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	ids, err := fleetRange(*own, *id, *partition, *fleetIDs)
+	if err == nil {
+		ids, err = fleetBlock(ids, *block, *blockSize)
+	}
 	if err != nil {
 		return badValue{err}
 	}

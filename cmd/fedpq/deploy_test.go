@@ -230,15 +230,7 @@ func TestDeployment(t *testing.T) {
 		}
 	}
 
-	dep, err := report.ReadRun(runDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []int
-	for _, r := range dep.Rounds {
-		got = append(got, r.Clients)
-	}
-	if fmt.Sprint(got) != "[8 7 7]" {
+	if got := uploadsPerRound(t, runDir); got != "[8 7 7]" {
 		t.Errorf("uploads per round %v, want [8 7 7]", got)
 	}
 	var sum report.Summary

@@ -23,6 +23,13 @@ own identity key, randomness, state file and connection; they share the
 model, a shared dataset read once, and --workers models that train and
 encode in turn. The fleet logs a summary line every 10 s rather than a line
 per client per round. --key and --state name directories then.
+
+--block K --block-size S runs only block K of the range: its clients K*S to
+K*S+S-1, counted from the range's first (the last block is shorter where S
+does not divide the range). It is for orchestrators that number their
+workers but compute nothing in a container's arguments: every pod of a
+Kubernetes Indexed Job gets the same range and --block=$(JOB_COMPLETION_INDEX),
+every task of a Slurm array --block $SLURM_ARRAY_TASK_ID.
 `
 
 // fleetRange is the clients a fleet runs (nil for one client alone): A-B
@@ -38,6 +45,24 @@ func fleetRange(own string, id int, partition, clients string) ([]int, error) {
 		return ids, err
 	}
 	return nil, nil
+}
+
+// fleetBlock is block k of size size of a fleet's range ids (--block K
+// --block-size S; k < 0 and size 0: not given, the whole range).
+func fleetBlock(ids []int, k, size int) ([]int, error) {
+	switch {
+	case k < 0 && size == 0:
+		return ids, nil
+	case k < 0 || size < 1:
+		return nil, errors.New("--block K and --block-size S go together, K >= 0 and S >= 1: block K of a fleet's range is its clients K*S to K*S+S-1")
+	case ids == nil:
+		return nil, errors.New("--block goes with a fleet's range: --partition A-B/N, or --data DIR --clients A-B")
+	}
+	blocks := (len(ids) + size - 1) / size
+	if k >= blocks {
+		return nil, fmt.Errorf("--block %d --block-size %d: the range %d-%d (%d clients) has blocks 0 to %d", k, size, ids[0], ids[len(ids)-1], len(ids), blocks-1)
+	}
+	return ids[k*size : min((k+1)*size, len(ids))], nil
 }
 
 // parseRangeFlag reads --partition A-B/N.
@@ -148,7 +173,11 @@ func runFleet(ctx context.Context, base transport.ClientConfig, ids []int, files
 	if res.Err != nil {
 		return fmt.Errorf("%d of %d clients failed (%d finished); the first: %w", res.Failed, len(ids), res.Finished, res.Err)
 	}
-	fmt.Fprintf(stdout, "run finished after %d rounds: %d clients\n", res.Rounds, res.Finished)
+	noun := "clients"
+	if res.Finished == 1 {
+		noun = "client"
+	}
+	fmt.Fprintf(stdout, "run finished after %d rounds: %d %s\n", res.Rounds, res.Finished, noun)
 	return nil
 }
 

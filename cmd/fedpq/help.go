@@ -34,7 +34,7 @@ var runGroups = []helpGroup{
 var helpGroups = map[string][]helpGroup{
 	"run": runGroups,
 	"server": append([]helpGroup{{"Server", []string{"listen", "token", "roster", "tls-cert", "tls-key", "min-clients",
-		"gather", "grace", "max-wait", "round-timeout", "key-share-timeout", "join-timeout"}}}, runGroups...),
+		"gather", "grace", "max-wait", "round-timeout", "key-share-timeout", "join-timeout", "linger"}}}, runGroups...),
 	"attack": {
 		{"Data and model", []string{"dataset", "data-dir", "model", "checkpoint", "seed"}},
 		{"What the client sends", []string{"mechanism", "batch", "message", "lr", "range"}},
@@ -49,6 +49,7 @@ var helpGroups = map[string][]helpGroup{
 	"client": {
 		{"Server", []string{"server", "token", "key", "roster", "tls", "tls-ca", "tls-server-name", "retry-for"}},
 		{"Data: its own (--data), or a partition of a shared dataset (--partition)", []string{"data", "client", "data-format", "partition", "data-dir"}},
+		{"Several clients in one process (a fleet)", []string{"clients", "block", "block-size", "workers"}},
 		{"Training", []string{"trainer", "trainer-timeout", "trainer-threads"}},
 		{"Testing", []string{"seed"}},
 	},

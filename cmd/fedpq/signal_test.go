@@ -130,15 +130,7 @@ func TestSignalStopsAndResumes(t *testing.T) {
 			t.Errorf("client %d did not send its round 2 upload again", k)
 		}
 	}
-	got := []int{}
-	run, err := report.ReadRun(runDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range run.Rounds {
-		got = append(got, r.Clients)
-	}
-	if fmt.Sprint(got) != "[2 2 2]" {
+	if got := uploadsPerRound(t, runDir); got != "[2 2 2]" {
 		t.Errorf("uploads per round %v, want [2 2 2]", got)
 	}
 	var sum report.Summary
