@@ -78,8 +78,8 @@ seen=0 cpu0=$(cpu "$server") now=0 peak=0 cpunow=0 fleetnow=0
 # memory now; row prints the rows of the rounds done since the last call,
 # with the last sample.
 sample() {
-  local r f m=0
-  r=$(rss "$server") && [ "${r:-0}" -gt 0 ] && now=$r && cpunow=$(cpu "$server") && peak=$(hwm "$server")
+  local r f p m=0
+  r=$(rss "$server") && [ "${r:-0}" -gt 0 ] && now=$r && cpunow=$(cpu "$server") && p=$(hwm "$server") && [ "${p:-0}" -gt 0 ] && peak=$p
   for f in "${fleets[@]}"; do
     r=$(rss "$f")
     [ "${r:-0}" -gt "$m" ] && m=$r
