@@ -16,6 +16,8 @@
 # MODE is ldpq (plain rounds), corbin (pairs) or secure (ldpq with secure
 # aggregation). The data is MNIST from $FEDPQ_DATA (default
 # ../shared/datasets); the model linear (or mlp). Logs stay in $KEEP if set.
+# FLEET_GOMEMLIMIT (e.g. 1000MiB) is the fleets' GOMEMLIMIT: a secure round
+# of 10,000 clients did not fit this machine's 24 GiB without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-1000} MODE=${2:-ldpq} PER=${3:-1000} ROUNDS=${4:-2} MODEL=${5:-linear}
@@ -62,7 +64,7 @@ load=$(cut -d' ' -f1-3 /proc/loadavg)
 fleets=()
 for ((a = 0; a < N; a += PER)); do
   b=$((a + PER - 1 < N - 1 ? a + PER - 1 : N - 1))
-  "$work/fedpq" client --server "$addr" --partition "$a-$b/$N" --data-dir "$DATA" \
+  GOMEMLIMIT=${FLEET_GOMEMLIMIT:-} "$work/fedpq" client --server "$addr" --partition "$a-$b/$N" --data-dir "$DATA" \
     --key "$work/keys" --state "$work/state" --retry-for 30m >"$work/fleet-$a.out" 2>"$work/fleet-$a.log" &
   fleets+=($!)
   pids+=($!)
@@ -76,8 +78,8 @@ seen=0 cpu0=$(cpu "$server") now=0 peak=0 cpunow=0 fleetnow=0
 # memory now; row prints the rows of the rounds done since the last call,
 # with the last sample.
 sample() {
-  local r f m=0
-  r=$(rss "$server") && [ "${r:-0}" -gt 0 ] && now=$r && cpunow=$(cpu "$server") && peak=$(hwm "$server")
+  local r f p m=0
+  r=$(rss "$server") && [ "${r:-0}" -gt 0 ] && now=$r && cpunow=$(cpu "$server") && p=$(hwm "$server") && [ "${p:-0}" -gt 0 ] && peak=$p
   for f in "${fleets[@]}"; do
     r=$(rss "$f")
     [ "${r:-0}" -gt "$m" ] && m=$r
