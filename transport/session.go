@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -90,6 +91,7 @@ type session struct {
 	out      chan *pb.ServerMessage
 	ctx      context.Context
 	cancel   context.CancelFunc
+	slow     atomic.Bool // its queue of messages was full: the server cut it off
 
 	// Guarded by Server.mu:
 	window  int   // the round its refusals are counted for
@@ -103,6 +105,7 @@ func (s *session) send(m *pb.ServerMessage) {
 	select {
 	case s.out <- m:
 	default:
+		s.slow.Store(true)
 		s.cancel()
 	}
 }
@@ -186,7 +189,11 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 			s.mu.Lock()
 			err := sess.err
 			s.mu.Unlock()
-			if err == nil {
+			switch {
+			case err != nil:
+			case sess.slow.Load():
+				err = status.Errorf(codes.ResourceExhausted, "the client took too long to read the server's messages (%d queued)", cap(sess.out))
+			default:
 				err = status.Error(codes.Canceled, "session closed")
 			}
 			return err
@@ -343,7 +350,11 @@ func (s *Server) leave(sess *session) {
 		if missed > 0 {
 			s.log.Printf("%d more joins and leaves in the minute before were not logged; %d connected", missed, len(s.sessions))
 		}
-		s.log.Printf("client %d disconnected; %d connected", sess.id, len(s.sessions))
+		why := ""
+		if sess.slow.Load() {
+			why = fmt.Sprintf(" (cut off: it took too long to read the server's messages, %d queued)", cap(sess.out))
+		}
+		s.log.Printf("client %d disconnected%s; %d connected", sess.id, why, len(s.sessions))
 	}
 }
 
