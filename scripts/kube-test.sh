@@ -84,14 +84,18 @@ logs() { podman logs "$server_pod-server" > "$1" 2>&1 || true; }
 # play ARGS: podman kube play, whose warnings on this machine ("No more
 # static macs left", "failed to connect to syslog") are shown only if it fails.
 play() { local out; out=$(podman kube play "$@" 2>&1) || fail "podman kube play $*: $out"; }
+# await FILE PATTERN SECONDS: the server's log, in FILE, until it has PATTERN.
+await() {
+  for _ in $(seq $((5 * $3))); do
+    logs "$1"
+    grep -q "$2" "$1" && return 0
+    sleep 0.2
+  done
+  return 1
+}
 play --network "$net" --ip "$ip" server.yaml
 play --network "$net" clients.yaml
-for _ in $(seq 600); do
-  logs server-1.log
-  grep -q "round 2 done" server-1.log && break
-  sleep 0.2
-done
-grep -q "round 2 done" server-1.log || fail "the server did not finish round 2 in 2 minutes"
+await server-1.log "round 2 done" 120 || fail "the server did not finish round 2 in 2 minutes"
 # What a kubelet's probes and Prometheus would read, from the pod's address.
 curl -fsS "http://$ip:9090/healthz" >/dev/null || fail "the server pod's /healthz did not answer 200"
 curl -fsS "http://$ip:9090/readyz" >/dev/null || fail "the server pod's /readyz did not answer 200 while it ran"
@@ -107,12 +111,7 @@ stopped=$(sed -n 's/.*stopping after round \([0-9]*\) of.*/\1/p' server-1.log)
 [ "$stopped" -lt "$rounds" ] || fail "the run had finished before the server was stopped"
 podman pod rm "$server_pod" >/dev/null
 play --network "$net" --ip "$ip" server-again.yaml
-for _ in $(seq 600); do
-  logs server-2.log
-  grep -q "run finished after $rounds rounds" server-2.log && break
-  sleep 0.5
-done
-grep -q "run finished after $rounds rounds" server-2.log || fail "the rescheduled server did not finish the run in 5 minutes"
+await server-2.log "run finished after $rounds rounds" 300 || fail "the rescheduled server did not finish the run in 5 minutes"
 grep -q "resuming .* after round $stopped " server-2.log || fail "the rescheduled server did not resume after round $stopped"
 runlog=$(podman volume inspect fedpq-run --format '{{.Mountpoint}}')/run/metrics.jsonl
 done_rounds=$(grep -o '"round":[0-9]*' "$runlog" | sort -u | wc -l)

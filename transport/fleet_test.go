@@ -37,7 +37,7 @@ func TestFleet(t *testing.T) {
 			}
 			var own string
 			if tc.own {
-				own = ownFiles(t, c.Dataset, n)
+				own, _ = ownFiles(t, c.Dataset, n)
 				c.TestData, c.MaxExamples = filepath.Join(own, "test.npz"), 1000
 			}
 			ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
@@ -101,8 +101,9 @@ func TestFleet(t *testing.T) {
 }
 
 // ownFiles writes n clients' own files of dataset, client-K.npz, and the
-// test set, test.npz, in a new directory.
-func ownFiles(t *testing.T, dataset string, n int) string {
+// test set, test.npz, in a new directory, and returns it with the dataset
+// they were written from.
+func ownFiles(t *testing.T, dataset string, n int) (string, *data.Federated) {
 	t.Helper()
 	fed, err := data.Load(dataset, data.Options{Clients: n, Seed: 1})
 	if err != nil {
@@ -121,5 +122,5 @@ func ownFiles(t *testing.T, dataset string, n int) string {
 	if err := data.Write(filepath.Join(dir, "test.npz"), data.FormatNPZ, fed.Test, all, "", nil); err != nil {
 		t.Fatal(err)
 	}
-	return dir
+	return dir, fed
 }

@@ -73,7 +73,7 @@ func NewServerMetrics() *ServerMetrics {
 	}
 	m.refused = f.counterVec("refused_messages_total", "Messages of joined clients refused, by the message's kind in the protocol (upload, key_share, ...).", "kind")
 	m.phase = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fedpq_server_phase_seconds", Buckets: phaseBuckets,
-		Help: "Time in each phase of a round: gather (waiting for clients), uploads (from the round's start to its last upload or deadline: training included), each step of secure aggregation (secagg_keys ... secagg_unmask), aggregate (decoding, the mean, the update and evaluation), checkpoint."},
+		Help: "Time in each phase of a round, as the server's log line of the round gives them: gather (waiting for clients, and planning the round), start (sending the round's start), uploads (then to the last upload or the deadline, training included; plain rounds), each step of secure aggregation (secagg_keys, training included, ... secagg_unmask), aggregate (decoding, the mean, the update and evaluation), checkpoint."},
 		[]string{"phase"})
 	m.reg.MustRegister(m.phase)
 	m.connected = f.gauge("connected_clients", "Clients joined and connected now.")

@@ -192,6 +192,7 @@ func TestMetrics(t *testing.T) {
 		`fedpq_server_refused_messages_total{kind="upload"}`:   1,
 		`fedpq_server_phase_seconds_count{phase="gather"}`:     2,
 		`fedpq_server_phase_seconds_count{phase="uploads"}`:    2,
+		`fedpq_server_phase_seconds_count{phase="start"}`:      2,
 		`fedpq_server_phase_seconds_count{phase="aggregate"}`:  2,
 		`fedpq_server_phase_seconds_count{phase="checkpoint"}`: 2,
 		`fedpq_server_epsilon{observer="eavesdropper"}`:        sum.Privacy.Eavesdropper.UploadOptimal.Eps,

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fedpq/fedpq/data"
 )
 
 // TestOwnData: a server that holds only the evaluation set and 4 clients
@@ -25,23 +23,7 @@ import (
 // error that says why.
 func TestOwnData(t *testing.T) {
 	c := runConfig(t, "corbin", 4, 2)
-	fed, err := data.Load(c.Dataset, data.Options{Clients: 4, Seed: c.Seed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for k, idx := range fed.Natural {
-		if err := data.Write(filepath.Join(dir, fmt.Sprintf("client-%d.npz", k)), data.FormatNPZ, fed.Train, idx, "", nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	all := make([]int, fed.Test.Len())
-	for i := range all {
-		all[i] = i
-	}
-	if err := data.Write(filepath.Join(dir, "test.npz"), data.FormatNPZ, fed.Test, all, "", nil); err != nil {
-		t.Fatal(err)
-	}
+	dir, fed := ownFiles(t, c.Dataset, 4)
 	const most = 100
 	c.TestData, c.MaxExamples = filepath.Join(dir, "test.npz"), most
 	ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")

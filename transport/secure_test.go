@@ -493,16 +493,9 @@ func TestClientPolicy(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "client.state")
 	play := func(name string, start *pb.RoundStart, h *pb.Hello, policy ClientPolicy) (string, error) {
 		s := &scripted{hello: h, start: start, answers: make(chan string, 1)}
-		gs := grpc.NewServer()
-		pb.RegisterFederationServer(gs, s)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go gs.Serve(lis)
-		defer gs.Stop()
+		addr := scriptedServer(t, s)
 		var logs syncBuffer
-		cl, err := NewClient(ClientConfig{Server: lis.Addr().String(), ID: 0, Clients: 5, Key: NewKey(), Token: token,
+		cl, err := NewClient(ClientConfig{Server: addr, ID: 0, Clients: 5, Key: NewKey(), Token: token,
 			Creds: insecure.NewCredentials(), RetryFor: time.Second, Policy: policy, State: state, Log: log.New(&logs, name+": ", 0)})
 		if err != nil {
 			t.Fatal(err)
@@ -619,17 +612,10 @@ func TestAskedAgain(t *testing.T) {
 		start:   &pb.RoundStart{Round: 1, Global: encodeTensors(plan.Global), Ranges: encodeRanges(plan.Ranges), Partner: -1, TimeLeftMilli: 60000},
 		uploads: make(chan *pb.ClientMessage, 4),
 	}
-	gs := grpc.NewServer()
-	pb.RegisterFederationServer(gs, s)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	defer gs.Stop()
+	addr := scriptedServer(t, s)
 	state := filepath.Join(t.TempDir(), "client.state")
 	run := func(secret string) {
-		cl, err := NewClient(ClientConfig{Server: lis.Addr().String(), ID: 0, Clients: 2, Key: NewKey(), Token: token,
+		cl, err := NewClient(ClientConfig{Server: addr, ID: 0, Clients: 2, Key: NewKey(), Token: token,
 			Creds: insecure.NewCredentials(), RetryFor: time.Second, State: state, Secret: []byte(secret), Log: log.New(io.Discard, "", 0)})
 		if err != nil {
 			t.Fatal(err)
@@ -647,4 +633,19 @@ func TestAskedAgain(t *testing.T) {
 	if m := <-s.uploads; !strings.Contains(m.GetDecline().GetReason(), "answered before") {
 		t.Errorf("asked again after a restart: %v; want a decline", m)
 	}
+}
+
+// scriptedServer serves impl, a server that plays a script, on a loopback
+// port until the test ends, and returns its address.
+func scriptedServer(t *testing.T, impl pb.FederationServer) string {
+	t.Helper()
+	gs := grpc.NewServer()
+	pb.RegisterFederationServer(gs, impl)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	return lis.Addr().String()
 }

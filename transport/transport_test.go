@@ -783,3 +783,26 @@ func TestMaxWait(t *testing.T) {
 		t.Errorf("server: %v", ts.err)
 	}
 }
+
+// TestSlowClientCutOff: a client whose queue of messages is full is cut
+// off rather than left to hold up the server, and the server's log says
+// why it left.
+func TestSlowClientCutOff(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sess := &session{id: 3, out: make(chan *pb.ServerMessage, 2), ctx: ctx, cancel: cancel}
+	sess.send(&pb.ServerMessage{})
+	sess.send(&pb.ServerMessage{})
+	if ctx.Err() != nil || sess.slow.Load() {
+		t.Fatal("cut off with room left in its queue")
+	}
+	sess.send(&pb.ServerMessage{})
+	if ctx.Err() == nil || !sess.slow.Load() {
+		t.Fatal("a client with a full queue was not cut off")
+	}
+	var logs syncBuffer
+	s := &Server{sessions: map[uint32]*session{3: sess}, changed: make(chan struct{}), log: log.New(&logs, "", 0)}
+	s.leave(sess)
+	if want := "client 3 disconnected (cut off: it took too long to read the server's messages, 2 queued); 0 connected"; !strings.Contains(logs.String(), want) {
+		t.Errorf("log %q; want %q", logs.String(), want)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -233,14 +232,7 @@ func TestDeployment(t *testing.T) {
 	if got := uploadsPerRound(t, runDir); got != "[8 7 7]" {
 		t.Errorf("uploads per round %v, want [8 7 7]", got)
 	}
-	var sum report.Summary
-	b, err := os.ReadFile(filepath.Join(runDir, report.SummaryFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &sum); err != nil {
-		t.Fatal(err)
-	}
+	sum := *finishedRun(t, runDir).Summary
 
 	c := experiment.Default()
 	if err := experiment.Load(cfgPath, &c); err != nil {

@@ -6,14 +6,12 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -319,14 +317,7 @@ func (h *hostileRun) finish(t *testing.T, want []int) {
 			t.Errorf("a round waited out its deadline: %s", l)
 		}
 	}
-	var dep report.Summary
-	b, err := os.ReadFile(filepath.Join(h.cfg.Out, report.SummaryFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &dep); err != nil {
-		t.Fatal(err)
-	}
+	dep := *finishedRun(t, h.cfg.Out).Summary
 	sc := h.cfg
 	sc.Out = filepath.Join(t.TempDir(), "simulation")
 	sim, err := experiment.Run(context.Background(), sc, nil)

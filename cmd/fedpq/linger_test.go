@@ -135,17 +135,26 @@ func TestServerLingers(t *testing.T) {
 	lingering(again)
 }
 
-// uploadsPerRound is the uploads counted in each round of the run in
-// runDir, as "[5 5]".
+// uploadsPerRound is the uploads counted in each round of the finished
+// run in runDir, as "[5 5]".
 func uploadsPerRound(t *testing.T, runDir string) string {
 	t.Helper()
-	run, err := report.ReadRun(runDir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []int
-	for _, r := range run.Rounds {
+	for _, r := range finishedRun(t, runDir).Rounds {
 		got = append(got, r.Clients)
 	}
 	return fmt.Sprint(got)
+}
+
+// finishedRun reads the run in dir, which must have its summary.
+func finishedRun(t *testing.T, dir string) *report.Run {
+	t.Helper()
+	run, err := report.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Summary == nil {
+		t.Fatalf("%s: no %s: the run did not finish", dir, report.SummaryFile)
+	}
+	return run
 }

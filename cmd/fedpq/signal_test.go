@@ -1,19 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/fedpq/fedpq/report"
 )
 
 // freeAddr is a loopback address with a port free a moment ago.
@@ -133,14 +129,7 @@ func TestSignalStopsAndResumes(t *testing.T) {
 	if got := uploadsPerRound(t, runDir); got != "[2 2 2]" {
 		t.Errorf("uploads per round %v, want [2 2 2]", got)
 	}
-	var sum report.Summary
-	b, err := os.ReadFile(filepath.Join(runDir, report.SummaryFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &sum); err != nil {
-		t.Fatal(err)
-	}
+	sum := *finishedRun(t, runDir).Summary
 	if sum.Rounds != 3 || sum.Error != "" {
 		t.Errorf("summary: %d rounds, error %q; want 3 and none", sum.Rounds, sum.Error)
 	}

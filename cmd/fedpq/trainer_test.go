@@ -65,20 +65,10 @@ func TestPyTorchTrainer(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errOut)
 		}
-		var s report.Summary
-		b, err := os.ReadFile(filepath.Join(dir, report.SummaryFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &s); err != nil {
-			t.Fatal(err)
-		}
+		run := finishedRun(t, dir)
+		s := run.Summary
 		if s.FinalAccuracy < 0.8 || s.Trainer == nil || s.Trainer.Requests != 31 {
 			t.Errorf("workers %s: final accuracy %v, trainer %+v; want above 80%% after 3 rounds, 31 requests (30 clients and the start's check):\n%s", workers, s.FinalAccuracy, s.Trainer, out)
-		}
-		run, err := report.ReadRun(dir)
-		if err != nil {
-			t.Fatal(err)
 		}
 		for i := range run.Rounds {
 			run.Rounds[i].Seconds = 0
