@@ -52,7 +52,7 @@ func NewClientMetrics() *ClientMetrics {
 	for _, r := range declineReasons {
 		m.declines.WithLabelValues(r)
 	}
-	m.training = f.histogram("training_seconds", "Local training time of a round.")
+	m.training = f.histogram("training_seconds", "Local training time of a round; in a fleet, with the wait for a free one of its --workers trainers.")
 	m.encoding = f.histogram("encoding_seconds", "Time to encode a round's update with the mechanism.")
 	m.wire = newWireStats(f)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -188,21 +188,13 @@ func firstTen(ids []int) string {
 func (s *Server) missing() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var ids []string
-	left := 0
+	var ids []int
 	for id := range s.cfg.Run.Clients {
 		if s.sessions[uint32(id)] == nil {
-			if len(ids) < 10 {
-				ids = append(ids, fmt.Sprint(id))
-			} else {
-				left++
-			}
+			ids = append(ids, id)
 		}
 	}
-	if left > 0 {
-		ids = append(ids, fmt.Sprintf("and %d more", left))
-	}
-	return "clients " + strings.Join(ids, ", ")
+	return "clients " + firstTen(ids)
 }
 
 // runRound runs one round among the online clients: it announces the
