@@ -204,6 +204,10 @@ const slowPrepare = time.Second
 
 var errPrepared = errors.New("prepared; joining anew")
 
+// errConnectionLost ends a round whose stream broke while the client waited
+// for the server; the session adds the stream's error.
+var errConnectionLost = errors.New("connection lost")
+
 // setupError is a failure on the client's side to prepare the run.
 type setupError struct{ err error }
 
@@ -318,6 +322,9 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 			if next, err = c.round(ctx, stream, in, hello.GetRunId(), b.RoundStart); err != nil {
 				var bad *badRound
 				if !errors.As(err, &bad) {
+					if errors.Is(err, errConnectionLost) { // in is closed: why is waiting
+						err = fmt.Errorf("%w: %v", err, <-recvErr)
+					}
 					return nil, true, err
 				}
 				c.log.Printf("round %d: %v", b.RoundStart.GetRound(), err)
@@ -621,7 +628,7 @@ func (c *Client) pair(ctx context.Context, stream pb.Federation_SessionClient, i
 			select {
 			case m, ok := <-in:
 				if !ok {
-					return nil, nil, errors.New("connection lost during pairing")
+					return nil, nil, fmt.Errorf("%w during pairing", errConnectionLost)
 				}
 				switch b := m.GetBody().(type) {
 				case *pb.ServerMessage_PartnerKey:

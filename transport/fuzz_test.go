@@ -139,7 +139,7 @@ func FuzzClientMessage(f *testing.F) {
 		srv.round = newServerRound(plan)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		sess := &session{id: 0, examples: 10, out: make(chan *pb.ServerMessage, 64), ctx: ctx, cancel: cancel}
+		sess := &session{id: 0, examples: 10, out: make(chan any, 64), ctx: ctx, cancel: cancel}
 		srv.sessions = map[uint32]*session{0: sess}
 		added := 0
 		if rd := srv.round; int(which)%len(servers) >= secureFrom {

@@ -292,8 +292,11 @@ func (w *wireStats) HandleRPC(_ context.Context, s stats.RPCStats) {
 }
 
 func kindOf(payload any) string {
-	if m, ok := payload.(proto.Message); ok {
+	switch m := payload.(type) {
+	case proto.Message:
 		return kind(m)
+	case *sharedStart:
+		return "round_start"
 	}
 	return "other"
 }

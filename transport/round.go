@@ -224,37 +224,39 @@ func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time)
 		}
 	}
 	rd.secure = newSecureRound(plan, deadline, identity)
+	var sa *pb.SecAgg
+	if rd.secure != nil {
+		sa = rd.secure.announce(plan)
+	}
+	shared, err := encodeShared(&pb.RoundStart{Global: encodeTensors(plan.Global), Ranges: encodeRanges(plan.Ranges), Secagg: sa})
+	if err != nil {
+		s.mu.Unlock()
+		return report.Round{}, nil, fmt.Errorf("round %d: encoding its start: %w", t, err)
+	}
 	s.round = rd
-	global := encodeTensors(plan.Global)
-	ranges := encodeRanges(plan.Ranges)
 	for pos, k := range plan.Clients {
 		if s.sessions[uint32(k)] == nil { // left since it was counted
 			rd.state[pos] = gone
 		}
 	}
-	var sa *pb.SecAgg
-	if rd.secure != nil {
-		sa = rd.secure.announce(plan) // the same for every client
-	}
 	for pos, k := range plan.Clients {
 		if rd.state[pos] == gone {
 			continue
 		}
-		msg := &pb.RoundStart{
-			Round: uint32(t), Position: uint32(pos), Global: global, Ranges: ranges,
-			Partner: -1, TimeLeftMilli: time.Until(deadline).Milliseconds(),
+		own := &pb.RoundStart{
+			Round: uint32(t), Position: uint32(pos), Partner: -1,
+			TimeLeftMilli: time.Until(deadline).Milliseconds(),
 		}
 		if j := plan.Round.Partner(pos); j >= 0 && rd.state[j] != gone {
-			msg.Partner = int32(plan.Clients[j])
-			msg.PartnerIdentity = s.sessions[uint32(plan.Clients[j])].identity
+			own.Partner = int32(plan.Clients[j])
+			own.PartnerIdentity = s.sessions[uint32(plan.Clients[j])].identity
 		}
 		if key, ok := plan.Round.SharedKey(pos); ok {
-			msg.SharedKey = key[:]
+			own.SharedKey = key[:]
 		}
 		gi, gs := plan.Round.Group(pos)
-		msg.GroupIndex, msg.GroupSize = uint32(gi), uint32(gs)
-		msg.Secagg = sa
-		s.sessions[uint32(k)].send(&pb.ServerMessage{Body: &pb.ServerMessage_RoundStart{RoundStart: msg}})
+		own.GroupIndex, own.GroupSize = uint32(gi), uint32(gs)
+		s.sessions[uint32(k)].send(newSharedStart(own, shared))
 	}
 	s.mu.Unlock()
 	rd.phases.mark("start")

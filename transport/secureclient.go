@@ -279,7 +279,7 @@ func (c *Client) await(ctx context.Context, in <-chan *pb.ServerMessage, t uint3
 		select {
 		case m, ok := <-in:
 			if !ok {
-				return nil, nil, errors.New("connection lost during secure aggregation")
+				return nil, nil, fmt.Errorf("%w during secure aggregation", errConnectionLost)
 			}
 			switch b := m.GetBody().(type) {
 			case *pb.ServerMessage_RoundStart, *pb.ServerMessage_Finished:

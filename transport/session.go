@@ -88,7 +88,7 @@ type session struct {
 	id       uint32
 	identity ed25519.PublicKey
 	examples int
-	out      chan *pb.ServerMessage
+	out      chan any // a *pb.ServerMessage or a *sharedStart
 	ctx      context.Context
 	cancel   context.CancelFunc
 	slow     atomic.Bool // its queue of messages was full: the server cut it off
@@ -99,9 +99,10 @@ type session struct {
 	err     error // why the server closed the session, if it did
 }
 
-// send queues m for the client; a client too slow to take its messages
-// is disconnected rather than left to hold up the server.
-func (s *session) send(m *pb.ServerMessage) {
+// send queues m, a *pb.ServerMessage or a *sharedStart, for the client; a
+// client too slow to take its messages is disconnected rather than left to
+// hold up the server.
+func (s *session) send(m any) {
 	select {
 	case s.out <- m:
 	default:
@@ -179,10 +180,10 @@ func (s *Server) Session(stream pb.Federation_SessionServer) error {
 	for {
 		select {
 		case m := <-sess.out:
-			if err := stream.Send(m); err != nil {
+			if err := stream.SendMsg(m); err != nil {
 				return err
 			}
-			if m.GetFinished() != nil {
+			if m, ok := m.(*pb.ServerMessage); ok && m.GetFinished() != nil {
 				return nil
 			}
 		case <-sess.ctx.Done():
@@ -270,7 +271,7 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 	sctx, cancel := context.WithCancel(ctx)
 	sess := &session{
 		id: id, identity: j.GetIdentity(), examples: examples,
-		out: make(chan *pb.ServerMessage, 16), ctx: sctx, cancel: cancel,
+		out: make(chan any, 16), ctx: sctx, cancel: cancel,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

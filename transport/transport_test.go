@@ -789,7 +789,7 @@ func TestMaxWait(t *testing.T) {
 // why it left.
 func TestSlowClientCutOff(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	sess := &session{id: 3, out: make(chan *pb.ServerMessage, 2), ctx: ctx, cancel: cancel}
+	sess := &session{id: 3, out: make(chan any, 2), ctx: ctx, cancel: cancel}
 	sess.send(&pb.ServerMessage{})
 	sess.send(&pb.ServerMessage{})
 	if ctx.Err() != nil || sess.slow.Load() {
