@@ -83,7 +83,14 @@ type Config struct {
 	Perturb   string  `yaml:"perturb"`   // weights or updates
 	Weighting string  `yaml:"weighting"` // examples or mean
 	GlobalLR  float64 `yaml:"global_lr"`
-	Patience  int     `yaml:"patience"`
+	// ServerOptimizer is how each round's estimate moves the global model
+	// (fl.ServerOptimizer): fedavg, fedavgm, fedadam, fedyogi or
+	// fedadagrad, at GlobalLR, with the betas and tau the last four read.
+	ServerOptimizer string  `yaml:"server_optimizer"`
+	ServerBeta1     float64 `yaml:"server_beta1"`
+	ServerBeta2     float64 `yaml:"server_beta2"`
+	ServerTau       float64 `yaml:"server_tau"`
+	Patience        int     `yaml:"patience"`
 	// Validation is the fraction of the training set the server holds out
 	// (no client has it) to select the model for patience; 0: patience
 	// looks at the test set.
@@ -129,7 +136,7 @@ const External = "external"
 // where clients send their updates clipped to ±0.05 through corbin at
 // eps = 1: 76.5% accuracy in 40 rounds, against 78.8% without privacy.
 func Default() Config {
-	mc := mech.DefaultConfig()
+	mc, sc := mech.DefaultConfig(), fl.DefaultServerConfig()
 	return Config{
 		Name: "quickstart", Dataset: "synthetic", Partition: AutoPartition,
 		Clients: 30, Rounds: 40, EvalEvery: 1,
@@ -138,6 +145,7 @@ func Default() Config {
 		Gamma: mc.Gamma, Px: mc.Px, InputBits: mc.InputBits, BudgetBits: mc.BudgetBits,
 		Rate: mc.Rate, Lattice: mc.Lattice, ModBits: mc.ModBits,
 		Range: "fixed:0,0.05", Perturb: "updates", Weighting: "examples", GlobalLR: 1,
+		ServerOptimizer: sc.Name, ServerBeta1: sc.Beta1, ServerBeta2: sc.Beta2, ServerTau: sc.Tau,
 		LedgerDelta: 1e-5, Seed: 1, Engine: string(model.Native),
 	}
 }
@@ -302,7 +310,8 @@ func (c Config) engineConfig() (fl.Config, error) {
 	return fl.Config{
 		Rounds: c.Rounds, ClientsPerRound: c.ClientsPerRound, Dropout: c.Dropout,
 		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer,
-		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting, GlobalLR: c.GlobalLR,
+		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting,
+		Server:   fl.ServerConfig{Name: c.ServerOptimizer, LR: c.GlobalLR, Beta1: c.ServerBeta1, Beta2: c.ServerBeta2, Tau: c.ServerTau},
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
 		Shuffle: c.Shuffle, MaxExamples: c.MaxExamples,

@@ -109,7 +109,7 @@ func TestDiscardedRound(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := baseConfig()
-			cfg.Mechanism, cfg.Perturb, cfg.GlobalLR, cfg.Weighting, cfg.Rounds = "fl-test-raw", tc.perturb, tc.lambda, "mean", 2
+			cfg.Mechanism, cfg.Perturb, cfg.Server.LR, cfg.Weighting, cfg.Rounds = "fl-test-raw", tc.perturb, tc.lambda, "mean", 2
 			e, err := New(cfg, fakeTask(3, dim, func(int) int { return 1 }))
 			if err != nil {
 				t.Fatal(err)

@@ -47,16 +47,22 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 	if e.cfg.SecureAggregation {
 		colluding = fmt.Sprintf("; up to %d of a round's %d clients (%g%%, as the protocol's graph is sized for) may collude with the server and subtract their own messages", c, e.roundSize(), 100*secureCorrupt)
 	}
-	switch e.cfg.Mechanism {
-	case "ddgauss", "skellam":
+	// What the sum hides is computed for the one-bit randomized responses,
+	// sent alone (ldpq) or by pairs (corbin, augcorbin, coq), and for the
+	// distributed noise of the modular mechanisms (ddgauss, skellam).
+	_, rr := e.m.(mech.RandomizedResponse)
+	_, modular := e.m.(mech.Modular)
+	alone := rr && e.m.Coupling() == mech.Independent
+	switch {
+	case modular:
 		return e.distributed(l)
-	case "ldpq":
+	case alone:
 		bound := "privacy blanket"
 		if privacy.SecureSumIsExact(eps, honest) {
 			bound = "exact worst case over the others' inputs"
 		}
 		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter%s (%s; %s, of %d honest clients' messages)", how, e.minSum, colluding, by, bound, honest)
-	case "corbin", "coq", "augcorbin":
+	case rr && e.m.Coupling() == mech.Paired:
 		l.ServerView = fmt.Sprintf("%s of at least %d clients' one-bit messages per parameter, %d of them from clients without a partner%s (%s; privacy blanket of %d honest clients without a partner)", how, e.minSum, e.minAlone, colluding, by, honestAlone)
 	default:
 		l.ServerView = fmt.Sprintf("%s of at least %d clients' messages per parameter (%s; its amplification is computed for one-bit messages only, so the bound is the local one)", how, e.minSum, by)
@@ -68,17 +74,17 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 	// round is the one-round bound at delta; composed, that of n
 	// compositions at delta (+Inf: none).
 	round := func(delta float64) (float64, error) {
-		if e.cfg.Mechanism == "ldpq" {
+		if alone {
 			return privacy.SecureSumEpsilon(eps, honest, delta)
 		}
 		return privacy.PairedSecureSumEpsilon(eps, honestAlone, delta)
 	}
 	composed := func(n int) (float64, error) {
-		if last && e.cfg.Mechanism == "ldpq" {
+		if last && alone {
 			return privacy.ComposeSecureSum(eps, honest, n, delta)
 		}
 		r, err := round(delta / float64(n))
-		if err != nil || math.IsInf(r, 1) || e.cfg.Mechanism != "ldpq" {
+		if err != nil || math.IsInf(r, 1) || !alone {
 			// A pair's local guarantee does not hold against an
 			// observer of the sum, which holds both its messages.
 			return float64(n) * r, err

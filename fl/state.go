@@ -21,7 +21,10 @@ type State struct {
 	PrevUpd [][]float32 // updates mode: the last estimated update
 	Best    [][]float32 // patience: the best model so far
 	BestAcc float64
-	Since   int     // evaluations since the best
+	Since   int // evaluations since the best
+	// Moments is the server optimizer's state (ServerOptimizer.Step): nil
+	// for FedAvg and before the first round.
+	Moments [][]float32
 	Joined  []int   // rounds each client took part in: the privacy ledger
 	Seconds float64 // wall time of the run so far
 	// MinSum and MinAlone are the fewest uploads a round summed, and of
@@ -34,7 +37,7 @@ type State struct {
 func (e *Engine) State() State {
 	return State{
 		Round: e.done, Global: e.global, PrevUpd: e.prevUpd, Best: e.best,
-		BestAcc: e.bestAcc, Since: e.since, Joined: e.joined, Seconds: e.elapsed(),
+		BestAcc: e.bestAcc, Since: e.since, Moments: e.moments, Joined: e.joined, Seconds: e.elapsed(),
 		MinSum: e.minSum, MinAlone: e.minAlone,
 	}
 }
@@ -71,9 +74,21 @@ func (e *Engine) Restore(s State) error {
 			return err
 		}
 	}
+	if s.Moments != nil {
+		k, n := e.opt.Moments(), len(e.specs)
+		if len(s.Moments) != k*n || k == 0 {
+			return fmt.Errorf("fl: checkpoint has %d tensors of server optimizer moments, %s keeps %d", len(s.Moments), e.opt, k*n)
+		}
+		for c := range k {
+			if err := e.checkShapes(s.Moments[c*n : (c+1)*n]); err != nil {
+				return err
+			}
+		}
+	}
 	if err := s.finite(); err != nil {
 		return err
 	}
+	e.moments = s.Moments
 	e.done, e.global, e.prevUpd, e.best = s.Round, s.Global, s.PrevUpd, s.Best
 	e.bestAcc, e.since, e.joined, e.before = s.BestAcc, s.Since, s.Joined, time.Duration(s.Seconds*float64(time.Second))
 	e.minSum, e.minAlone = s.MinSum, s.MinAlone
@@ -88,7 +103,7 @@ func (s State) finite() error {
 	for _, m := range []struct {
 		name string
 		w    [][]float32
-	}{{"model", s.Global}, {"last update", s.PrevUpd}, {"best model", s.Best}} {
+	}{{"model", s.Global}, {"last update", s.PrevUpd}, {"best model", s.Best}, {"server optimizer's moments", s.Moments}} {
 		for i, t := range m.w {
 			for j, v := range t {
 				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {

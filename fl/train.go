@@ -43,7 +43,11 @@ type Config struct {
 	// MaxExamples caps a client's FedAvg weight: a client with more
 	// examples, or claiming more, is weighed as MaxExamples (0: no cap).
 	MaxExamples int
-	GlobalLR    float64 // lambda: global = (1-lambda) global + lambda estimate (weights); global += lambda estimate (updates)
+	// Server is how each round's estimate moves the global model: FedAvg
+	// at the global learning rate lambda (global = (1-lambda) global +
+	// lambda estimate for weights, global += lambda estimate for updates),
+	// or a server optimizer on the pseudo-gradient (ServerOptimizer).
+	Server ServerConfig
 	// Patience reloads the best global model seen after this many
 	// evaluations without a better accuracy (CorBin-FL); 0 never reloads.
 	Patience  int
@@ -110,8 +114,6 @@ func (c *Config) validate(clients int) error {
 		return fmt.Errorf("fl: perturb %q: want weights or updates", c.Perturb)
 	case c.Weighting != "examples" && c.Weighting != "mean":
 		return fmt.Errorf("fl: weighting %q: want examples or mean", c.Weighting)
-	case !(c.GlobalLR > 0 && c.GlobalLR <= 1):
-		return fmt.Errorf("fl: global learning rate %v must be in (0, 1]", c.GlobalLR)
 	case c.Patience < 0:
 		return fmt.Errorf("fl: patience %d must not be negative", c.Patience)
 	case !(c.LedgerDelta > 0 && c.LedgerDelta < 1):
@@ -146,6 +148,8 @@ type Engine struct {
 	cfg      Config
 	task     Task
 	m        mech.Mechanism
+	opt      ServerOptimizer
+	moments  [][]float32 // the server optimizer's, after the last round
 	ldp      bool
 	secret   []byte
 	specs    []model.TensorSpec
@@ -195,11 +199,15 @@ func New(cfg Config, task Task) (*Engine, error) {
 		return nil, err
 	}
 	info, _ := mech.Lookup(cfg.Mechanism)
+	opt, err := NewServerOptimizer(cfg.Server, cfg.Perturb)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
 	e := &Engine{
-		cfg: cfg, task: task, m: m, ldp: info.LDP,
+		cfg: cfg, task: task, m: m, opt: opt, ldp: info.LDP,
 		secret:   task.Secret,
 		specs:    task.Model.Tensors(),
 		global:   task.Model.Init(cfg.Seed),
@@ -440,31 +448,44 @@ func (e *Engine) bits() int {
 	return b
 }
 
-// update applies the round's estimate to the global model, unless the
-// estimate, or the model or update it makes once written as float32, is
-// not finite (a float64 that fits can still overflow a float32): then it
-// returns why and leaves the model, and the last update, as they were. So
-// the global model is always finite, whatever the clients sent.
+// update applies the round's estimate to the global model through the
+// server optimizer, unless the estimate, or the model, update or moments it
+// makes once written as float32, is not finite (a float64 that fits can
+// still overflow a float32): then it returns why and leaves the model, the
+// moments and the last update as they were. So the global model is always
+// finite, whatever the clients sent.
 func (e *Engine) update(est [][]float64) error {
-	for i, g := range e.global {
-		for j := range g {
-			x := est[i][j]
-			if math.IsNaN(x) || math.IsInf(x, 0) {
-				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the estimate is %v", e.specs[i].Name, j, x)
+	for i, x := range est {
+		for j, v := range x {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the estimate is %v", e.specs[i].Name, j, v)
 			}
-			if v := e.updated(g[j], x); math.IsInf(float64(v), 0) {
-				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the model would be %v (the estimate %g overflows float32)", e.specs[i].Name, j, v, x)
+			if e.cfg.Perturb == "updates" && math.IsInf(float64(float32(v)), 0) {
+				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the update is %g, beyond float32", e.specs[i].Name, j, v)
 			}
-			if e.cfg.Perturb == "updates" && math.IsInf(float64(float32(x)), 0) {
-				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the update is %g, beyond float32", e.specs[i].Name, j, x)
+		}
+	}
+	next, moments := e.opt.Step(e.global, est, e.moments)
+	for i, t := range next {
+		for j, v := range t {
+			if math.IsInf(float64(float32(v)), 0) || math.IsNaN(v) {
+				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the model would be %v (the estimate %g overflows float32)", e.specs[i].Name, j, float32(v), est[i][j])
+			}
+		}
+	}
+	for i, t := range moments {
+		for j, v := range t {
+			if math.IsInf(float64(v), 0) || math.IsNaN(float64(v)) {
+				return fmt.Errorf("aggregate not applied: the %s's moment %d of tensor %s[%d] would be %v", e.opt, i/len(e.specs), e.specs[i%len(e.specs)].Name, j, v)
 			}
 		}
 	}
 	for i, g := range e.global {
 		for j := range g {
-			g[j] = e.updated(g[j], est[i][j])
+			g[j] = float32(next[i][j])
 		}
 	}
+	e.moments = moments
 	if e.cfg.Perturb == "updates" {
 		e.prevUpd = make([][]float32, len(est))
 		for i, v := range est {
@@ -475,17 +496,6 @@ func (e *Engine) update(est [][]float64) error {
 		}
 	}
 	return nil
-}
-
-// updated is a global weight g after the estimate x: the mix of the two
-// (weights) or g plus the scaled update (updates), by the global learning
-// rate. For finite g and x it is never NaN, at worst infinite.
-func (e *Engine) updated(g float32, x float64) float32 {
-	lambda := e.cfg.GlobalLR
-	if e.cfg.Perturb == "weights" {
-		return float32((1-lambda)*float64(g) + lambda*x)
-	}
-	return float32(float64(g) + lambda*x)
 }
 
 // evaluate scores the global model on the test set and applies patience,
@@ -516,6 +526,7 @@ func (e *Engine) evaluate(r *report.Round) error {
 	// restored State may carry a best accuracy without its model.
 	if e.cfg.Patience > 0 && e.since >= e.cfg.Patience && e.best != nil {
 		e.global = clone(e.best)
+		e.moments = nil // they led away from the best: the optimizer starts afresh
 		e.since = 0
 		r.Restored = true
 	}

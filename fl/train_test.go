@@ -83,7 +83,7 @@ func fakeTask(clients, dim int, sizes func(k int) int) Task {
 func baseConfig() Config {
 	return Config{
 		Rounds: 1, Mechanism: "none", Mech: mech.DefaultConfig(), Range: RangeRule{Kind: "fixed", Center: 0, Radius: 1},
-		Perturb: "weights", Weighting: "examples", GlobalLR: 1, EvalEvery: 1, Epochs: 1, Batch: 1, Seed: 3,
+		Perturb: "weights", Weighting: "examples", Server: DefaultServerConfig(), EvalEvery: 1, Epochs: 1, Batch: 1, Seed: 3,
 		LedgerDelta: 1e-5,
 	}
 }
@@ -136,7 +136,7 @@ func TestFedAvg(t *testing.T) {
 // lambda times the mean update.
 func TestGlobalLRAndUpdates(t *testing.T) {
 	cfg := baseConfig()
-	cfg.GlobalLR = 0.5
+	cfg.Server.LR = 0.5
 	cfg.Rounds = 2
 	cfg.Weighting = "mean"
 	task := fakeTask(4, 3, func(int) int { return 2 })
@@ -271,7 +271,7 @@ func TestConfigErrors(t *testing.T) {
 		func(c *Config) { c.Dropout = 1 },
 		func(c *Config) { c.Perturb = "gradients" },
 		func(c *Config) { c.Weighting = "median" },
-		func(c *Config) { c.GlobalLR = 0 },
+		func(c *Config) { c.Server.LR = 0 },
 		func(c *Config) { c.Mechanism = "nonesuch" },
 		func(c *Config) { c.Mech.Epsilon = 0; c.Mechanism = "ldpq" },
 		func(c *Config) { c.EvalEvery = 0 },
@@ -318,12 +318,24 @@ func TestPatienceOnValidation(t *testing.T) {
 // engine ends with the same global model (hash), ledger and metrics as an
 // uninterrupted run.
 func TestResume(t *testing.T) {
+	for _, opt := range []string{"fedavg", "fedavgm", "fedadam"} {
+		t.Run(opt, func(t *testing.T) { testResume(t, opt) })
+	}
+}
+
+// testResume: with server optimizer opt, whose moments the checkpoint
+// carries.
+func testResume(t *testing.T, opt string) {
 	cfg := baseConfig()
 	cfg.Mechanism = "corbin"
 	cfg.Rounds = 5
 	cfg.Perturb = "updates"
 	cfg.ClientsPerRound = 6
 	cfg.Patience = 2
+	cfg.Server.Name = opt
+	if opt != "fedavg" {
+		cfg.Server.LR = 0.1
+	}
 	task := fakeTask(10, 8, func(int) int { return 2 })
 	full, fullRounds := run(t, cfg, task)
 
@@ -360,7 +372,7 @@ func TestResume(t *testing.T) {
 	for _, r := range fullRounds {
 		restored = restored || r.Restored
 	}
-	if !restored {
+	if !restored && opt == "fedavg" {
 		t.Error("the uninterrupted run never reloaded its best model: patience is not exercised")
 	}
 	for i, r := range rest {
@@ -378,6 +390,16 @@ func TestResume(t *testing.T) {
 	bad.Joined = []int{1}
 	if err := resumed.Restore(bad); err == nil {
 		t.Error("checkpoint of another client count accepted")
+	}
+	if (loaded.Moments == nil) != (opt == "fedavg") {
+		t.Fatalf("%s: checkpoint moments %v", opt, loaded.Moments)
+	}
+	if opt != "fedavg" {
+		bad = loaded
+		bad.Moments = loaded.Moments[:1]
+		if err := resumed.Restore(bad); err == nil {
+			t.Error("checkpoint with moments of another optimizer accepted")
+		}
 	}
 }
 

@@ -327,6 +327,10 @@ type oneBit struct {
 
 func (oneBit) Bits(n int) int { return n }
 
+// ResponseEpsilon is the eps of the randomized response each parameter's
+// bit is, for a client that encodes alone.
+func (m oneBit) ResponseEpsilon() float64 { return m.eps }
+
 func (m oneBit) NewSum(n int, rg Range) (Sum, error) {
 	b, err := newBinq(m.eps, rg)
 	if err != nil {

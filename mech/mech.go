@@ -145,6 +145,15 @@ type Variancer interface {
 	Variance(w float64, rg Range) float64
 }
 
+// RandomizedResponse is implemented by the one-bit mechanisms (ldpq, and
+// corbin, augcorbin and coq, whose clients share coins with a partner): a
+// client that encodes alone sends, per parameter, one bit by binary
+// randomized response at ResponseEpsilon. What a secure sum or a shuffle of
+// such bits hides (package privacy) is computed for them alone.
+type RandomizedResponse interface {
+	ResponseEpsilon() float64
+}
+
 // Supporter is implemented by every registered mechanism: Support is the
 // half-width h of the interval [c-h, c+h] that holds every value its Sum
 // decodes from a payload it accepts, for one parameter. One client's
