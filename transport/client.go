@@ -220,7 +220,8 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	// connection; the server accepts a ping every 20 s at most. A ping
 	// has pingTimeout to be answered.
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(c.creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30),
+			grpc.ForceCodecV2(newMessageCodec())),
 		grpc.WithSharedWriteBuffer(true), // not held while idle: a fleet holds thousands of connections
 		grpc.WithReadBufferSize(readBuffer),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute, Timeout: pingTimeout})}

@@ -316,8 +316,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 		// A connection's write buffer is taken from a pool while it
 		// writes, not held while it idles: 32 KiB less per client.
 		grpc.SharedWriteBuffer(true),
-		// A round's start is encoded once for every client (sharedStart).
-		grpc.ForceServerCodecV2(newServerCodec()),
+		// A round's start is encoded once for every client (sharedStart),
+		// and large messages take no buffer of gRPC's 1 MiB tier.
+		grpc.ForceServerCodecV2(newMessageCodec()),
 		// The read buffer is held for the connection's life: gRPC's 32 KiB
 		// default was 293 MB of a 10,000-client server's heap.
 		grpc.ReadBufferSize(readBuffer),
