@@ -1,0 +1,306 @@
+package robust
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+)
+
+// Krum is Blanchard et al.'s rule: each message is scored by the sum of
+// its squared distances to its n-f-2 nearest other messages, and the
+// message with the least score is the output (the lower index on a tie).
+// With at most F Byzantine messages among n > 2F+2, the output is an
+// honest message or one close to the honest ones. It outputs one client's
+// message, so it keeps one client's noise: under LDP, n times the
+// variance of the mean.
+type Krum struct {
+	F int
+}
+
+func (k Krum) String() string { return "krum:" + strconv.Itoa(k.F) }
+
+func (k Krum) validate() error { return validateF("krum", k.F) }
+
+func (k Krum) Aggregate(rows [][]float32, out []float64) error {
+	return MultiKrum{F: k.F, M: 1}.aggregate("krum", rows, out)
+}
+
+// MultiKrum is Blanchard et al.'s Multi-Krum: the mean of the M messages
+// with the least Krum scores (computed once, over all n messages; ties
+// to the lower index). M = 1 is Krum; M = n is the mean. Needs n > 2F+2
+// and M <= n.
+type MultiKrum struct {
+	F, M int
+}
+
+func (k MultiKrum) String() string {
+	return "multi-krum:" + strconv.Itoa(k.F) + "," + strconv.Itoa(k.M)
+}
+
+func (k MultiKrum) validate() error {
+	if k.M < 1 {
+		return fmt.Errorf("robust: multi-krum: M = %d must be at least 1 (the messages averaged)", k.M)
+	}
+	return validateF("multi-krum", k.F)
+}
+
+func (k MultiKrum) Aggregate(rows [][]float32, out []float64) error {
+	return k.aggregate("multi-krum", rows, out)
+}
+
+func (k MultiKrum) aggregate(name string, rows [][]float32, out []float64) error {
+	if err := k.validate(); err != nil {
+		return err
+	}
+	if err := checkShape(rows, len(out)); err != nil {
+		return err
+	}
+	n := len(rows)
+	if n <= 2*k.F+2 {
+		return fmt.Errorf("robust: %s with f = %d needs more than 2f+2 = %d messages, got %d", name, k.F, 2*k.F+2, n)
+	}
+	if k.M > n {
+		return fmt.Errorf("robust: %s: M = %d is more than the %d messages", name, k.M, n)
+	}
+	dist, err := distances(rows)
+	if err != nil {
+		return err
+	}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	score := scores(dist, n, all, n-k.F-2)
+	order := slices.Clone(all)
+	slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(score[a], score[b]) })
+	sel := order[:k.M]
+	slices.Sort(sel) // the mean adds the rows in index order
+	return meanOf(rows, sel, out)
+}
+
+// Bulyan is El Mhamdi et al.'s rule: theta = n-2F messages are chosen by
+// Krum, one at a time (each time over the messages not yet chosen, with
+// max(1, m-F-2) neighbours among the m left), and then, per coordinate,
+// the beta = theta-2F chosen values closest to their median are averaged.
+// Values tied at the last place share it equally, so the output does not
+// depend on the order of equal values. Needs n >= 4F+3.
+type Bulyan struct {
+	F int
+}
+
+func (b Bulyan) String() string { return "bulyan:" + strconv.Itoa(b.F) }
+
+func (b Bulyan) validate() error { return validateF("bulyan", b.F) }
+
+func (b Bulyan) Aggregate(rows [][]float32, out []float64) error {
+	if err := b.validate(); err != nil {
+		return err
+	}
+	if err := checkShape(rows, len(out)); err != nil {
+		return err
+	}
+	n := len(rows)
+	if n < 4*b.F+3 {
+		return fmt.Errorf("robust: bulyan with f = %d needs at least 4f+3 = %d messages, got %d", b.F, 4*b.F+3, n)
+	}
+	dist, err := distances(rows)
+	if err != nil {
+		return err
+	}
+	sel := bulyanSelect(dist, n, n-2*b.F, b.F)
+	chosen := make([][]float32, len(sel))
+	for i, k := range sel {
+		chosen[i] = rows[k]
+	}
+	beta := n - 4*b.F
+	return columns(chosen, out, func(col []float32) float64 { return closestMean(col, beta) })
+}
+
+// bulyanSelect returns, in index order, the theta messages chosen by
+// repeated Krum.
+func bulyanSelect(dist []float64, n, theta, f int) []int {
+	left := make([]int, n)
+	for i := range left {
+		left[i] = i
+	}
+	var sel []int
+	for len(sel) < theta {
+		m := len(left)
+		score := scores(dist, n, left, min(max(m-f-2, 1), m-1))
+		best := 0
+		for i := range left {
+			if score[left[i]] < score[left[best]] {
+				best = i
+			}
+		}
+		sel = append(sel, left[best])
+		left = slices.Delete(left, best, best+1)
+	}
+	slices.Sort(sel)
+	return sel
+}
+
+// closestMean is the mean of the beta values of col closest to its
+// median; it sorts col. Values at the last distance that does not fit
+// whole share the places left equally.
+func closestMean(col []float32, beta int) float64 {
+	slices.Sort(col)
+	n := len(col)
+	med := float64(col[n/2])
+	lo, hi := n/2-1, n/2 // the next candidates below and above
+	if n%2 == 0 {
+		med = (float64(col[n/2-1]) + med) / 2
+	}
+	var sum float64
+	taken := 0
+	for taken < beta {
+		dl, dh := math.Inf(1), math.Inf(1)
+		if lo >= 0 {
+			dl = med - float64(col[lo])
+		}
+		if hi < n {
+			dh = float64(col[hi]) - med
+		}
+		if dl != dh {
+			if dl < dh {
+				sum += float64(col[lo])
+				lo--
+			} else {
+				sum += float64(col[hi])
+				hi++
+			}
+			taken++
+			continue
+		}
+		// A tie at distance dl: the runs of equal values on both sides.
+		cl, ch := run(col, lo, -1), run(col, hi, 1)
+		if taken+cl+ch <= beta {
+			sum += float64(cl)*float64(col[lo]) + float64(ch)*float64(col[hi])
+			taken += cl + ch
+			lo, hi = lo-cl, hi+ch
+			continue
+		}
+		left := float64(beta - taken)
+		sum += left * (float64(cl)*float64(col[lo]) + float64(ch)*float64(col[hi])) / float64(cl+ch)
+		break
+	}
+	return sum / float64(beta)
+}
+
+// run counts the values equal to col[i] from i in direction step.
+func run(col []float32, i, step int) int {
+	c := 0
+	for j := i; j >= 0 && j < len(col) && col[j] == col[i]; j += step {
+		c++
+	}
+	return c
+}
+
+// scores returns, for each index i in set, the Krum score of row i within
+// set: the sum of its nb smallest squared distances to the other rows of
+// set. The result is indexed by row (length n).
+func scores(dist []float64, n int, set []int, nb int) []float64 {
+	score := make([]float64, n)
+	d := make([]float64, 0, len(set))
+	for _, i := range set {
+		d = d[:0]
+		for _, k := range set {
+			if k != i {
+				d = append(d, dist[i*n+k])
+			}
+		}
+		slices.Sort(d)
+		for _, v := range d[:nb] {
+			score[i] += v
+		}
+	}
+	return score
+}
+
+// distances returns the n x n matrix of squared Euclidean distances
+// between the rows, in float64: a float32 difference is exact in float64,
+// and a sum of 2^31 squares of them stays below 2^31 * (2^129)^2, far
+// from overflow. Pairs are shared out by their first row; each pair's
+// sum runs over the coordinates in the same blocks, whichever goroutine
+// computes it, so the result is deterministic.
+func distances(rows [][]float32) ([]float64, error) {
+	n := len(rows)
+	dist := make([]float64, n*n)
+	var wg sync.WaitGroup
+	workers := max(1, min(parallelism(), n-1))
+	for w := range workers {
+		wg.Go(func() {
+			for lo := 0; lo < len(rows[0]); lo += blockSize {
+				hi := min(len(rows[0]), lo+blockSize)
+				for i := w; i < n; i += workers {
+					a := rows[i][lo:hi]
+					for k := i + 1; k < n; k++ {
+						dist[i*n+k] += sqdist(a, rows[k][lo:hi])
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		for k := i + 1; k < n; k++ {
+			v := dist[i*n+k]
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, nonFinite(rows)
+			}
+			dist[k*n+i] = v
+		}
+	}
+	return dist, nil
+}
+
+// sqdist is the squared distance between a and b in float64, in four
+// running sums to keep the floating-point units busy.
+func sqdist(a, b []float32) float64 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		d0 := float64(a[i]) - float64(b[i])
+		d1 := float64(a[i+1]) - float64(b[i+1])
+		d2 := float64(a[i+2]) - float64(b[i+2])
+		d3 := float64(a[i+3]) - float64(b[i+3])
+		s0 += d0 * d0
+		s1 += d1 * d1
+		s2 += d2 * d2
+		s3 += d3 * d3
+	}
+	for ; i < len(a); i++ {
+		d := float64(a[i]) - float64(b[i])
+		s0 += d * d
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// meanOf writes the mean of the rows sel (in that order) into out.
+func meanOf(rows [][]float32, sel []int, out []float64) error {
+	chosen := make([][]float32, len(sel))
+	for i, k := range sel {
+		chosen[i] = rows[k]
+	}
+	return Mean{}.Aggregate(chosen, out)
+}
+
+func validateF(name string, f int) error {
+	if f < 0 {
+		return fmt.Errorf("robust: %s: F = %d must be at least 0 (the Byzantine clients tolerated)", name, f)
+	}
+	return nil
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
