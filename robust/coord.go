@@ -3,7 +3,6 @@ package robust
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"strconv"
 )
@@ -66,13 +65,13 @@ func (Median) Aggregate(rows [][]float32, out []float64) error {
 	return columns(rows, out, median)
 }
 
-func median(col []float32) float64 {
+func median(col []uint32) float64 {
 	h := len(col) / 2
 	nth(col, h)
 	if len(col)%2 == 1 {
-		return float64(col[h])
+		return value(col[h])
 	}
-	return (float64(slices.Max(col[:h])) + float64(col[h])) / 2
+	return (value(slices.Max(col[:h])) + value(col[h])) / 2
 }
 
 // TrimmedMean is Yin et al.'s coordinate-wise trimmed mean: per
@@ -110,12 +109,12 @@ func (t TrimmedMean) Aggregate(rows [][]float32, out []float64) error {
 		return err
 	}
 	k := t.Trimmed(len(rows))
-	return columns(rows, out, func(col []float32) float64 { return trimmedMean(col, k) })
+	return columns(rows, out, func(col []uint32) float64 { return trimmedMean(col, k) })
 }
 
 // trimmedMean is the mean of col without its k smallest and k largest
 // values (2k < len(col)); it reorders col.
-func trimmedMean(col []float32, k int) float64 {
+func trimmedMean(col []uint32, k int) float64 {
 	if k > 0 {
 		m := len(col) - 2*k
 		nth(col, k) // col[:k] are the k smallest
@@ -125,86 +124,37 @@ func trimmedMean(col []float32, k int) float64 {
 	}
 	var s float64
 	for _, v := range col {
-		s += float64(v)
+		s += value(v)
 	}
 	return s / float64(len(col))
 }
 
 // columns sets out[j] = f(column j of rows), in parallel over blocks of
-// coordinates, each worker with its own column buffer, which f may
-// reorder.
-func columns(rows [][]float32, out []float64, f func(col []float32) float64) error {
+// coordinates. The column holds the values' keys (see key); f may
+// reorder it. Columns are gathered 16 at a time, one cache line of each
+// row, so that a row is read once per 16 columns rather than once per
+// column.
+func columns(rows [][]float32, out []float64, f func(col []uint32) float64) error {
+	const tile = 16
+	n := len(rows)
 	return parallel(len(out), func(lo, hi int) error {
-		col := make([]float32, len(rows))
-		for j := lo; j < hi; j++ {
-			bad := false
+		buf := make([]uint32, tile*n)
+		for j0 := lo; j0 < hi; j0 += tile {
+			w := min(tile, hi-j0)
+			var bad uint32 // the sign bit is set by an exponent of all ones: NaN or Inf
 			for i, r := range rows {
-				v := r[j]
-				col[i] = v
-				bad = bad || v-v != 0 // NaN or Inf
+				for jj, v := range r[j0 : j0+w] {
+					bad |= (math.Float32bits(v)&0x7f800000 + 0x00800000) & 0x80000000
+					buf[jj*n+i] = key(v)
+				}
 			}
-			if bad {
+			if bad != 0 {
 				return nonFinite(rows)
 			}
-			out[j] = f(col)
+			for jj := range w {
+				out[j0+jj] = f(buf[jj*n : (jj+1)*n])
+			}
 		}
 		return nil
 	})
-}
-
-// nth reorders s so that s[k] holds the value a sort would put there,
-// with s[:k] <= s[k] <= s[k+1:] (C++'s nth_element): an introselect with
-// a three-way partition, so that columns of few distinct values (one-bit
-// messages have two) finish in one pass, and a sort where the pivots go
-// badly, so that no input takes quadratic time. s must hold no NaN.
-func nth(s []float32, k int) {
-	depth := 2 * bits.Len(uint(len(s)))
-	for len(s) > 16 {
-		if depth == 0 {
-			slices.Sort(s)
-			return
-		}
-		depth--
-		lt, gt := partition3(s, medianOf3(s[0], s[len(s)/2], s[len(s)-1]))
-		switch {
-		case k < lt:
-			s = s[:lt]
-		case k >= gt:
-			s, k = s[gt:], k-gt
-		default:
-			return
-		}
-	}
-	insertionSort(s)
-}
-
-// partition3 reorders s into s[:lt] < p, s[lt:gt] == p, s[gt:] > p.
-func partition3(s []float32, p float32) (lt, gt int) {
-	lt, i, gt := 0, 0, len(s)
-	for i < gt {
-		switch v := s[i]; {
-		case v < p:
-			s[lt], s[i] = v, s[lt]
-			lt++
-			i++
-		case v > p:
-			gt--
-			s[gt], s[i] = v, s[gt]
-		default:
-			i++
-		}
-	}
-	return lt, gt
-}
-
-func medianOf3(a, b, c float32) float32 {
-	return max(min(a, b), min(max(a, b), c))
-}
-
-func insertionSort(s []float32) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }

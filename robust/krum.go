@@ -115,7 +115,7 @@ func (b Bulyan) Aggregate(rows [][]float32, out []float64) error {
 		chosen[i] = rows[k]
 	}
 	beta := n - 4*b.F
-	return columns(chosen, out, func(col []float32) float64 { return closestMean(col, beta) })
+	return columns(chosen, out, func(col []uint32) float64 { return closestMean(col, beta) })
 }
 
 // bulyanSelect returns, in index order, the theta messages chosen by
@@ -142,33 +142,33 @@ func bulyanSelect(dist []float64, n, theta, f int) []int {
 	return sel
 }
 
-// closestMean is the mean of the beta values of col closest to its
-// median; it sorts col. Values at the last distance that does not fit
-// whole share the places left equally.
-func closestMean(col []float32, beta int) float64 {
+// closestMean is the mean of the beta values of col (keys) closest to
+// their median; it sorts col. Values at the last distance that does not
+// fit whole share the places left equally.
+func closestMean(col []uint32, beta int) float64 {
 	slices.Sort(col)
 	n := len(col)
-	med := float64(col[n/2])
+	med := value(col[n/2])
 	lo, hi := n/2-1, n/2 // the next candidates below and above
 	if n%2 == 0 {
-		med = (float64(col[n/2-1]) + med) / 2
+		med = (value(col[n/2-1]) + med) / 2
 	}
 	var sum float64
 	taken := 0
 	for taken < beta {
 		dl, dh := math.Inf(1), math.Inf(1)
 		if lo >= 0 {
-			dl = med - float64(col[lo])
+			dl = med - value(col[lo])
 		}
 		if hi < n {
-			dh = float64(col[hi]) - med
+			dh = value(col[hi]) - med
 		}
 		if dl != dh {
 			if dl < dh {
-				sum += float64(col[lo])
+				sum += value(col[lo])
 				lo--
 			} else {
-				sum += float64(col[hi])
+				sum += value(col[hi])
 				hi++
 			}
 			taken++
@@ -176,21 +176,21 @@ func closestMean(col []float32, beta int) float64 {
 		}
 		// A tie at distance dl: the runs of equal values on both sides.
 		cl, ch := run(col, lo, -1), run(col, hi, 1)
+		tied := float64(cl)*value(col[lo]) + float64(ch)*value(col[hi])
 		if taken+cl+ch <= beta {
-			sum += float64(cl)*float64(col[lo]) + float64(ch)*float64(col[hi])
+			sum += tied
 			taken += cl + ch
 			lo, hi = lo-cl, hi+ch
 			continue
 		}
-		left := float64(beta - taken)
-		sum += left * (float64(cl)*float64(col[lo]) + float64(ch)*float64(col[hi])) / float64(cl+ch)
+		sum += float64(beta-taken) * tied / float64(cl+ch)
 		break
 	}
 	return sum / float64(beta)
 }
 
-// run counts the values equal to col[i] from i in direction step.
-func run(col []float32, i, step int) int {
+// run counts the keys equal to col[i] from i in direction step.
+func run(col []uint32, i, step int) int {
 	c := 0
 	for j := i; j >= 0 && j < len(col) && col[j] == col[i]; j += step {
 		c++

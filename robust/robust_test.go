@@ -150,7 +150,7 @@ func TestSelectAgainstSort(t *testing.T) {
 		if n%2 == 0 {
 			want = (float64(sorted[n/2-1]) + want) / 2
 		}
-		if got := median(slices.Clone(col)); got != want {
+		if got := median(keys(col)); got != want {
 			t.Fatalf("median(%v) = %v, want %v", col, got, want)
 		}
 		k := rng.IntN((n + 1) / 2)
@@ -158,7 +158,7 @@ func TestSelectAgainstSort(t *testing.T) {
 		for _, v := range sorted[k : n-k] {
 			s += float64(v)
 		}
-		if got, want := trimmedMean(slices.Clone(col), k), s/float64(n-2*k); got != want {
+		if got, want := trimmedMean(keys(col), k), s/float64(n-2*k); got != want {
 			t.Fatalf("trimmedMean(%v, %d) = %v, want %v", col, k, got, want)
 		}
 	}
@@ -177,10 +177,42 @@ func TestNthWorstCase(t *testing.T) {
 		}
 	}
 	for _, k := range []int{0, n / 2, n - 1, 7} {
-		c := slices.Clone(col)
+		c := keys(col)
 		nth(c, k)
-		if c[k] != float32(k) || slices.Max(c[:k+1]) != float32(k) || slices.Min(c[k:]) != float32(k) {
-			t.Errorf("nth(killer, %d) put %v there", k, c[k])
+		if value(c[k]) != float64(k) || value(slices.Max(c[:k+1])) != float64(k) || value(slices.Min(c[k:])) != float64(k) {
+			t.Errorf("nth(killer, %d) put %v there", k, value(c[k]))
+		}
+	}
+}
+
+// keys returns the keys of col's values.
+func keys(col []float32) []uint32 {
+	k := make([]uint32, len(col))
+	for i, v := range col {
+		k[i] = key(v)
+	}
+	return k
+}
+
+// TestKeyOrder checks that keys order float32 values as < does, and that
+// value inverts key.
+func TestKeyOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	special := []float32{0, float32(math.Copysign(0, -1)), 1, -1, math.MaxFloat32, -math.MaxFloat32,
+		math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, float32(math.Inf(1)), float32(math.Inf(-1))}
+	for range 100000 {
+		a, b := math.Float32frombits(rng.Uint32()), math.Float32frombits(rng.Uint32())
+		if rng.IntN(4) == 0 {
+			a, b = special[rng.IntN(len(special))], special[rng.IntN(len(special))]
+		}
+		if a != a || b != b {
+			continue // NaN: the rules refuse it before selecting
+		}
+		if float64(a) != value(key(a)) {
+			t.Fatalf("value(key(%v)) = %v", a, value(key(a)))
+		}
+		if a < b && !(key(a) < key(b)) || a > b && !(key(a) > key(b)) {
+			t.Fatalf("keys of %v and %v: %#x, %#x", a, b, key(a), key(b))
 		}
 	}
 }
@@ -233,7 +265,7 @@ func TestBulyan(t *testing.T) {
 		{[]float32{-1, -1, -1, 1, 1, 1, 1}, 3, 1}, // the majority's value
 		{[]float32{5, 5, 5, 5}, 2, 5},
 	} {
-		if got := closestMean(slices.Clone(tc.col), tc.beta); math.Abs(got-tc.want) > 1e-15 {
+		if got := closestMean(keys(tc.col), tc.beta); math.Abs(got-tc.want) > 1e-15 {
 			t.Errorf("closestMean(%v, %d) = %v, want %v", tc.col, tc.beta, got, tc.want)
 		}
 	}
