@@ -223,8 +223,8 @@ func scores(dist []float64, n int, set []int, nb int) []float64 {
 // between the rows, in float64: a float32 difference is exact in float64,
 // and a sum of 2^31 squares of them stays below 2^31 * (2^129)^2, far
 // from overflow. Pairs are shared out by their first row; each pair's
-// sum runs over the coordinates in the same blocks, whichever goroutine
-// computes it, so the result is deterministic.
+// sum runs over the coordinates in the same blocks, in the same order,
+// whichever goroutine computes it, so the result is deterministic.
 func distances(rows [][]float32) ([]float64, error) {
 	n := len(rows)
 	dist := make([]float64, n*n)
@@ -235,8 +235,15 @@ func distances(rows [][]float32) ([]float64, error) {
 			for lo := 0; lo < len(rows[0]); lo += blockSize {
 				hi := min(len(rows[0]), lo+blockSize)
 				for i := w; i < n; i += workers {
-					a := rows[i][lo:hi]
-					for k := i + 1; k < n; k++ {
+					a, k := rows[i][lo:hi], i+1
+					for ; k+4 <= n; k += 4 {
+						s0, s1, s2, s3 := sqdist4(a, rows[k][lo:hi], rows[k+1][lo:hi], rows[k+2][lo:hi], rows[k+3][lo:hi])
+						dist[i*n+k] += s0
+						dist[i*n+k+1] += s1
+						dist[i*n+k+2] += s2
+						dist[i*n+k+3] += s3
+					}
+					for ; k < n; k++ {
 						dist[i*n+k] += sqdist(a, rows[k][lo:hi])
 					}
 				}
@@ -277,6 +284,23 @@ func sqdist(a, b []float32) float64 {
 		s0 += d * d
 	}
 	return (s0 + s1) + (s2 + s3)
+}
+
+// sqdist4 is sqdist of a to each of b0..b3, reading a once for the four.
+func sqdist4(a, b0, b1, b2, b3 []float32) (s0, s1, s2, s3 float64) {
+	b0, b1, b2, b3 = b0[:len(a)], b1[:len(a)], b2[:len(a)], b3[:len(a)]
+	for i, x := range a {
+		v := float64(x)
+		d0 := v - float64(b0[i])
+		d1 := v - float64(b1[i])
+		d2 := v - float64(b2[i])
+		d3 := v - float64(b3[i])
+		s0 += d0 * d0
+		s1 += d1 * d1
+		s2 += d2 * d2
+		s3 += d3 * d3
+	}
+	return s0, s1, s2, s3
 }
 
 // meanOf writes the mean of the rows sel (in that order) into out.
