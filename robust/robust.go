@@ -67,6 +67,14 @@
 // TestOneBitEstimates measures each against these statements on real ldpq
 // messages; docs/security.md has the table.
 //
+// Nor do the rules bound an attack within the support better than the
+// support does: f clients sending c+h everywhere move the mean by
+// f(h-(mu-c))/n, and where honest values are near c they move the median,
+// the trimmed mean and Bulyan further; f identical messages win Krum's
+// score whenever honest messages are nearly equidistant, as LDP noise
+// makes them (TestOneBitAttack: Krum outputs the attackers' message in
+// every draw at mu = c).
+//
 // # Determinism and cost
 //
 // A Rule's output depends only on its inputs and their order (ties go to
@@ -88,7 +96,12 @@ import (
 	"sync/atomic"
 )
 
-// A Rule aggregates one decoded message per client.
+// A Rule aggregates one decoded message per client. A row is a client's
+// whole message, every tensor concatenated: Krum, Multi-Krum, Bulyan and
+// NormBounded judge a client by all of it (run per tensor, Krum would
+// pick a different client for each tensor, and the norm bound would
+// apply to each tensor alone). The coordinate-wise rules give the same
+// result either way.
 type Rule interface {
 	// Aggregate writes into out the estimate of the honest clients' mean
 	// message. Every row is one client's message, of length len(out),
