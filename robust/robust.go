@@ -41,13 +41,13 @@
 //   - Mean is c + h(2K/n - 1): unbiased, variance (h^2 - (mu-c)^2)/n for
 //     equal inputs.
 //   - Median is c+h when K > n/2, c-h when K < n/2 (and c at a tie, n
-//     even): a majority vote. Its mean is c + h(2P(K > n/2) - 1)
-//     (+ ties), which tends to c ± h, the sign of mu-c times the support's
-//     edge, not mu: biased away from c for every mu != c, and beyond the
-//     clipping range itself.
+//     even): a majority vote. Its mean is c + h(P(K > n/2) - P(K < n/2)),
+//     which tends to c ± h, the sign of mu-c times the support's edge, not
+//     mu: biased away from c for every mu != c, and beyond the clipping
+//     range itself.
 //   - TrimmedMean removes k = floor(B*n) values at each end, which are
 //     the two values themselves: it keeps K-k of the c+h (clamped to
-//     [0, n-2k]) among n-2k, so for k <= K <= n-k its mean is
+//     [0, n-2k]) among n-2k, so, but for the clamp (K outside [k, n-k]), its mean is
 //     c + (mu-c)/(1-2B'), B' = k/n: biased away from c by the factor
 //     1/(1-2B'), saturating at c±h. It runs from the mean (B = 0) to the
 //     majority vote (B near 1/2).
@@ -56,9 +56,11 @@
 //     towards the majority bit from the selection.
 //   - MultiKrum averages M selected messages: about 1/M of one client's
 //     variance, the same small selection bias.
-//   - Bulyan keeps, per coordinate, the n-4f selected values closest to
-//     their median, which are the majority's value first: like the
-//     median, a majority vote unless the minority exceeds 2f.
+//   - Bulyan keeps, per coordinate, the beta = n-4f chosen values closest
+//     to their median, which are the majority's value first: min(K', beta)
+//     of them are the majority's, K' its count among the n-2f chosen. It
+//     is the majority's value when the minority holds at most 2f of the
+//     chosen values, and otherwise a mean tilted towards the majority.
 //   - NormBounded: every one-bit message with c = 0 has the same norm,
 //     h*sqrt(d), so a bound C below it scales every message, and the
 //     mean, by C/(h*sqrt(d)): a bias towards 0 by that exact factor, and
@@ -67,13 +69,17 @@
 // TestOneBitEstimates measures each against these statements on real ldpq
 // messages; docs/security.md has the table.
 //
-// Nor do the rules bound an attack within the support better than the
-// support does: f clients sending c+h everywhere move the mean by
+// Nor do the rules reliably bound an attack within the support better
+// than the support does: f clients sending c+h everywhere move the mean by
 // f(h-(mu-c))/n, and where honest values are near c they move the median,
 // the trimmed mean and Bulyan further; f identical messages win Krum's
 // score whenever honest messages are nearly equidistant, as LDP noise
 // makes them (TestOneBitAttack: Krum outputs the attackers' message in
 // every draw at mu = c).
+//
+// Every message counts the same: FedAvg's weights by claimed examples do
+// not apply (a robust rule that weighed claims would hand a liar its
+// weight back).
 //
 // # Determinism and cost
 //
@@ -82,7 +88,8 @@
 // stays bit-for-bit reproducible. Coordinate-wise rules select per
 // coordinate (a quickselect, not a sort) in parallel over blocks of
 // coordinates; Krum-type rules compute the n(n-1)/2 squared distances in
-// float64, which cannot overflow for float32 inputs.
+// float64, which cannot overflow for float32 inputs. The rules hold no
+// state and are safe for concurrent use.
 package robust
 
 import (
