@@ -24,3 +24,23 @@ func BenchmarkRules(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLarge times the median and Krum on n = 300 messages of d =
+// 100,000 parameters, to show how they grow with n: the median as n (per
+// coordinate), Krum as n^2 (go test ./robust -bench Large -benchtime 3x).
+func BenchmarkLarge(b *testing.B) {
+	const n, d = 300, 100_000
+	rng := rand.New(rand.NewPCG(9, 10))
+	rows := honestAndByzantine(rng, n, 30, d, 3, true)
+	out := make([]float64, d)
+	for _, r := range []Rule{Median{}, Krum{F: 30}} {
+		b.Run(r.String(), func(b *testing.B) {
+			b.SetBytes(n * d * 4)
+			for b.Loop() {
+				if err := r.Aggregate(rows, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
