@@ -1,6 +1,7 @@
 package robust
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -24,6 +25,9 @@ func (k Krum) String() string { return "krum:" + strconv.Itoa(k.F) }
 func (k Krum) validate() error { return validateF("krum", k.F) }
 
 func (k Krum) Aggregate(rows [][]float32, out []float64) error {
+	if err := k.validate(); err != nil {
+		return err
+	}
 	return MultiKrum{F: k.F, M: 1}.aggregate("krum", rows, out)
 }
 
@@ -47,13 +51,14 @@ func (k MultiKrum) validate() error {
 }
 
 func (k MultiKrum) Aggregate(rows [][]float32, out []float64) error {
-	return k.aggregate("multi-krum", rows, out)
-}
-
-func (k MultiKrum) aggregate(name string, rows [][]float32, out []float64) error {
 	if err := k.validate(); err != nil {
 		return err
 	}
+	return k.aggregate("multi-krum", rows, out)
+}
+
+// aggregate is Multi-Krum, valid k, under the rule's name.
+func (k MultiKrum) aggregate(name string, rows [][]float32, out []float64) error {
 	if err := checkShape(rows, len(out)); err != nil {
 		return err
 	}
@@ -68,13 +73,17 @@ func (k MultiKrum) aggregate(name string, rows [][]float32, out []float64) error
 	if err != nil {
 		return err
 	}
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
+	nb := newNeighbours(dist, n)
+	in := make([]bool, n)
+	order := make([]int, n)
+	for i := range in {
+		in[i], order[i] = true, i
 	}
-	score := scores(dist, n, all, n-k.F-2)
-	order := slices.Clone(all)
-	slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(score[a], score[b]) })
+	score := make([]float64, n)
+	for i := range score {
+		score[i] = nb.score(i, in, n-k.F-2)
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(score[a], score[b]) })
 	sel := order[:k.M]
 	slices.Sort(sel) // the mean adds the rows in index order
 	return meanOf(rows, sel, out)
@@ -121,22 +130,24 @@ func (b Bulyan) Aggregate(rows [][]float32, out []float64) error {
 // bulyanSelect returns, in index order, the theta messages chosen by
 // repeated Krum.
 func bulyanSelect(dist []float64, n, theta, f int) []int {
-	left := make([]int, n)
+	nb := newNeighbours(dist, n)
+	left := make([]bool, n)
 	for i := range left {
-		left[i] = i
+		left[i] = true
 	}
-	var sel []int
-	for len(sel) < theta {
-		m := len(left)
-		score := scores(dist, n, left, min(max(m-f-2, 1), m-1))
-		best := 0
-		for i := range left {
-			if score[left[i]] < score[left[best]] {
-				best = i
+	sel := make([]int, 0, theta)
+	for m := n; len(sel) < theta; m-- {
+		best, bestScore := -1, math.Inf(1)
+		for i := range n {
+			if !left[i] {
+				continue
+			}
+			if s := nb.score(i, left, min(max(m-f-2, 1), m-1)); best < 0 || s < bestScore {
+				best, bestScore = i, s
 			}
 		}
-		sel = append(sel, left[best])
-		left = slices.Delete(left, best, best+1)
+		sel = append(sel, best)
+		left[best] = false
 	}
 	slices.Sort(sel)
 	return sel
@@ -198,25 +209,42 @@ func run(col []uint32, i, step int) int {
 	return c
 }
 
-// scores returns, for each index i in set, the Krum score of row i within
-// set: the sum of its nb smallest squared distances to the other rows of
-// set. The result is indexed by row (length n).
-func scores(dist []float64, n int, set []int, nb int) []float64 {
-	score := make([]float64, n)
-	d := make([]float64, 0, len(set))
-	for _, i := range set {
-		d = d[:0]
-		for _, k := range set {
+// neighbours holds, for each row, the other rows from the nearest to the
+// farthest (ties by index), so that a score within any subset of the rows
+// costs one pass over a row's list instead of a sort.
+type neighbours struct {
+	n    int
+	dist []float64
+	near [][]int
+}
+
+func newNeighbours(dist []float64, n int) neighbours {
+	near := make([][]int, n)
+	for i := range near {
+		for k := range n {
 			if k != i {
-				d = append(d, dist[i*n+k])
+				near[i] = append(near[i], k)
 			}
 		}
-		slices.Sort(d)
-		for _, v := range d[:nb] {
-			score[i] += v
+		slices.SortStableFunc(near[i], func(a, b int) int { return cmp.Compare(dist[i*n+a], dist[i*n+b]) })
+	}
+	return neighbours{n, dist, near}
+}
+
+// score is row i's Krum score among the rows marked in: the sum of its
+// count smallest squared distances to them, added from the smallest.
+func (nb neighbours) score(i int, in []bool, count int) float64 {
+	var s float64
+	for _, k := range nb.near[i] {
+		if count == 0 {
+			break
+		}
+		if in[k] {
+			s += nb.dist[i*nb.n+k]
+			count--
 		}
 	}
-	return score
+	return s
 }
 
 // distances returns the n x n matrix of squared Euclidean distances
@@ -317,14 +345,4 @@ func validateF(name string, f int) error {
 		return fmt.Errorf("robust: %s: F = %d must be at least 0 (the Byzantine clients tolerated)", name, f)
 	}
 	return nil
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -123,61 +123,66 @@ type Rule interface {
 // Names lists the rules Parse knows, in the form their specs take.
 var Names = []string{"mean", "median", "trimmed-mean:B", "krum:F", "multi-krum:F,M", "bulyan:F", "norm-bounded:C"}
 
+// rules maps a rule's name to its parameters (as Names writes them),
+// whether they are integers, and the rule they make.
+var rules = map[string]struct {
+	params string
+	ints   bool
+	make   func(p []float64) Rule
+}{
+	"mean":         {"", false, func([]float64) Rule { return Mean{} }},
+	"median":       {"", false, func([]float64) Rule { return Median{} }},
+	"trimmed-mean": {"B", false, func(p []float64) Rule { return TrimmedMean{Beta: p[0]} }},
+	"krum":         {"F", true, func(p []float64) Rule { return Krum{F: int(p[0])} }},
+	"multi-krum":   {"F,M", true, func(p []float64) Rule { return MultiKrum{F: int(p[0]), M: int(p[1])} }},
+	"bulyan":       {"F", true, func(p []float64) Rule { return Bulyan{F: int(p[0])} }},
+	"norm-bounded": {"C", false, func(p []float64) Rule { return NormBounded{C: p[0]} }},
+}
+
 // Parse returns the rule of a spec: "mean", "median", "trimmed-mean:B"
 // (0 <= B < 0.5), "krum:F", "multi-krum:F,M" (F >= 0, M >= 1),
 // "bulyan:F", "norm-bounded:C" (C > 0). The empty spec is "mean".
 func Parse(spec string) (Rule, error) {
 	name, arg, hasArg := strings.Cut(strings.TrimSpace(spec), ":")
-	args := strings.Split(arg, ",")
-	want := map[string]int{"": 0, "mean": 0, "median": 0, "trimmed-mean": 1, "krum": 1, "multi-krum": 2, "bulyan": 1, "norm-bounded": 1}
-	n, ok := want[name]
+	if name == "" && !hasArg {
+		name = "mean"
+	}
+	rule, ok := rules[name]
 	if !ok {
 		return nil, fmt.Errorf("robust: unknown aggregator %q (want one of %s)", spec, strings.Join(Names, ", "))
 	}
-	if !hasArg {
-		args = nil
+	var params, args []string
+	if rule.params != "" {
+		params = strings.Split(rule.params, ",")
 	}
-	if len(args) != n {
-		return nil, fmt.Errorf("robust: aggregator %q takes %d parameter(s), got %d (want one of %s)", spec, n, len(args), strings.Join(Names, ", "))
+	if hasArg {
+		args = strings.Split(arg, ",")
 	}
-	var r Rule
-	switch name {
-	case "", "mean":
-		return Mean{}, nil
-	case "median":
-		return Median{}, nil
-	case "trimmed-mean":
-		b, err := strconv.ParseFloat(args[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("robust: aggregator %q: B %q is not a number", spec, args[0])
-		}
-		r = TrimmedMean{Beta: b}
-	case "norm-bounded":
-		c, err := strconv.ParseFloat(args[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("robust: aggregator %q: C %q is not a number", spec, args[0])
-		}
-		r = NormBounded{C: c}
-	default:
-		ints := make([]int, len(args))
-		for i, a := range args {
+	if len(args) != len(params) {
+		return nil, fmt.Errorf("robust: aggregator %q takes %d parameter(s), got %d (want one of %s)", spec, len(params), len(args), strings.Join(Names, ", "))
+	}
+	p := make([]float64, len(args))
+	for i, a := range args {
+		a = strings.TrimSpace(a)
+		if rule.ints {
 			v, err := strconv.Atoi(a)
 			if err != nil {
-				return nil, fmt.Errorf("robust: aggregator %q: %q is not an integer", spec, a)
+				return nil, fmt.Errorf("robust: aggregator %q: %s %q is not an integer", spec, params[i], a)
 			}
-			ints[i] = v
+			p[i] = float64(v)
+			continue
 		}
-		switch name {
-		case "krum":
-			r = Krum{F: ints[0]}
-		case "multi-krum":
-			r = MultiKrum{F: ints[0], M: ints[1]}
-		case "bulyan":
-			r = Bulyan{F: ints[0]}
+		v, err := strconv.ParseFloat(a, 64)
+		if err != nil {
+			return nil, fmt.Errorf("robust: aggregator %q: %s %q is not a number", spec, params[i], a)
 		}
+		p[i] = v
 	}
-	if err := r.(validator).validate(); err != nil {
-		return nil, err
+	r := rule.make(p)
+	if v, ok := r.(validator); ok {
+		if err := v.validate(); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }

@@ -47,6 +47,7 @@ func TestParse(t *testing.T) {
 		{"multi-krum:2,5", MultiKrum{F: 2, M: 5}},
 		{"bulyan:1", Bulyan{F: 1}},
 		{"norm-bounded:3.5", NormBounded{C: 3.5}},
+		{" multi-krum: 1, 4 ", MultiKrum{F: 1, M: 4}},
 	} {
 		r, err := Parse(tc.spec)
 		if err != nil || r != tc.want {
@@ -76,6 +77,9 @@ func TestParse(t *testing.T) {
 		"norm-bounded:-1":      "must be positive and finite",
 		"norm-bounded:1,2":     "takes 1 parameter(s), got 2",
 		"trimmed-mean:0.1,0.2": "takes 1 parameter(s), got 2",
+		"mean:":                "takes 0 parameter(s), got 1",
+		"bulyan:":              `F "" is not an integer`,
+		"multi-krum:1,x":       `M "x" is not an integer`,
 	} {
 		if _, err := Parse(spec); err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "robust: ") {
 			t.Errorf("Parse(%q) = %v, want an error with %q", spec, err, want)
