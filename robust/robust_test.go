@@ -256,6 +256,13 @@ func TestBulyan(t *testing.T) {
 	if got := aggregate(t, Bulyan{F: 1}, rows); math.Abs(got[0]-8.0/3) > 1e-15 {
 		t.Errorf("bulyan:1 = %v, want 8/3", got[0])
 	}
+	dist, err := distances(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := bulyanSelect(dist, 7, 5, 1), []int{0, 1, 2, 3, 5}; !slices.Equal(got, want) {
+		t.Errorf("bulyan:1 chose rows %v, want %v", got, want)
+	}
 	for _, tc := range []struct {
 		col  []float32
 		beta int
