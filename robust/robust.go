@@ -67,7 +67,11 @@
 //     no more robustness than the support already gives.
 //
 // TestOneBitEstimates measures each against these statements on real ldpq
-// messages; docs/security.md has the table.
+// messages; docs/security.md has the table. The bias is the quantization's
+// doing: under the gaussian mechanism, whose noise is symmetric and all
+// but continuous, every rule but NormBounded is unbiased for equal inputs
+// and differs from the mean only in spread (TestGaussianEstimates: the
+// median 1.21 times the mean's sd at n = 20, Krum 4.4).
 //
 // Nor do the rules reliably bound an attack within the support better
 // than the support does: f clients sending c+h everywhere move the mean by
