@@ -25,27 +25,29 @@ func (Mean) Aggregate(rows [][]float32, out []float64) error {
 // adding the rows in order.
 func average(rows [][]float32, scale []float64, out []float64) error {
 	n := float64(len(rows))
-	return parallel(len(out), func(lo, hi int) error {
-		o := out[lo:hi]
-		clear(o)
-		for i, r := range rows {
-			if scale == nil {
-				for j, v := range r[lo:hi] {
-					o[j] += float64(v)
+	return parallel(len(out), func() func(lo, hi int) error {
+		return func(lo, hi int) error {
+			o := out[lo:hi]
+			clear(o)
+			for i, r := range rows {
+				if scale == nil {
+					for j, v := range r[lo:hi] {
+						o[j] += float64(v)
+					}
+					continue
 				}
-				continue
+				for j, v := range r[lo:hi] {
+					o[j] += scale[i] * float64(v)
+				}
 			}
-			for j, v := range r[lo:hi] {
-				o[j] += scale[i] * float64(v)
+			for j := range o {
+				o[j] /= n
+				if math.IsNaN(o[j]) || math.IsInf(o[j], 0) {
+					return nonFinite(rows)
+				}
 			}
+			return nil
 		}
-		for j := range o {
-			o[j] /= n
-			if math.IsNaN(o[j]) || math.IsInf(o[j], 0) {
-				return nonFinite(rows)
-			}
-		}
-		return nil
 	})
 }
 
@@ -137,24 +139,26 @@ func trimmedMean(col []uint32, k int) float64 {
 func columns(rows [][]float32, out []float64, f func(col []uint32) float64) error {
 	const tile = 16
 	n := len(rows)
-	return parallel(len(out), func(lo, hi int) error {
+	return parallel(len(out), func() func(lo, hi int) error {
 		buf := make([]uint32, tile*n)
-		for j0 := lo; j0 < hi; j0 += tile {
-			w := min(tile, hi-j0)
-			var bad uint32 // the sign bit is set by an exponent of all ones: NaN or Inf
-			for i, r := range rows {
-				for jj, v := range r[j0 : j0+w] {
-					bad |= (math.Float32bits(v)&0x7f800000 + 0x00800000) & 0x80000000
-					buf[jj*n+i] = key(v)
+		return func(lo, hi int) error {
+			for j0 := lo; j0 < hi; j0 += tile {
+				w := min(tile, hi-j0)
+				var bad uint32 // the sign bit is set by an exponent of all ones: NaN or Inf
+				for i, r := range rows {
+					for jj, v := range r[j0 : j0+w] {
+						bad |= (math.Float32bits(v)&0x7f800000 + 0x00800000) & 0x80000000
+						buf[jj*n+i] = key(v)
+					}
+				}
+				if bad != 0 {
+					return nonFinite(rows)
+				}
+				for jj := range w {
+					out[j0+jj] = f(buf[jj*n : (jj+1)*n])
 				}
 			}
-			if bad != 0 {
-				return nonFinite(rows)
-			}
-			for jj := range w {
-				out[j0+jj] = f(buf[jj*n : (jj+1)*n])
-			}
+			return nil
 		}
-		return nil
 	})
 }

@@ -231,13 +231,16 @@ func parallelism() int { return runtime.GOMAXPROCS(0) }
 
 // parallel calls work on the blocks of [0, d), from up to GOMAXPROCS
 // goroutines, and returns the error of the lowest block that failed. Each
-// block's result must depend only on its coordinates, so the output does
-// not depend on the schedule.
-func parallel(d int, work func(lo, hi int) error) error {
+// goroutine calls newWork once for its own work function (which may hold
+// a buffer it reuses from block to block). Each block's result must
+// depend only on its coordinates, so the output does not depend on the
+// schedule.
+func parallel(d int, newWork func() func(lo, hi int) error) error {
 	nb := (d + blockSize - 1) / blockSize
 	errs := make([]error, nb)
 	var next atomic.Int64
 	run := func() {
+		work := newWork()
 		for b := int(next.Add(1) - 1); b < nb; b = int(next.Add(1) - 1) {
 			errs[b] = work(b*blockSize, min(d, (b+1)*blockSize))
 		}
