@@ -125,7 +125,9 @@ type Rule interface {
 }
 
 // Names lists the rules Parse knows, in the form their specs take.
-var Names = []string{"mean", "median", "trimmed-mean:B", "krum:F", "multi-krum:F,M", "bulyan:F", "norm-bounded:C"}
+func Names() []string {
+	return []string{"mean", "median", "trimmed-mean:B", "krum:F", "multi-krum:F,M", "bulyan:F", "norm-bounded:C"}
+}
 
 // rules maps a rule's name to its parameters (as Names writes them),
 // whether they are integers, and the rule they make.
@@ -153,7 +155,7 @@ func Parse(spec string) (Rule, error) {
 	}
 	rule, ok := rules[name]
 	if !ok {
-		return nil, fmt.Errorf("robust: unknown aggregator %q (want one of %s)", spec, strings.Join(Names, ", "))
+		return nil, fmt.Errorf("robust: unknown aggregator %q (want one of %s)", spec, strings.Join(Names(), ", "))
 	}
 	var params, args []string
 	if rule.params != "" {
@@ -163,7 +165,7 @@ func Parse(spec string) (Rule, error) {
 		args = strings.Split(arg, ",")
 	}
 	if len(args) != len(params) {
-		return nil, fmt.Errorf("robust: aggregator %q takes %d parameter(s), got %d (want one of %s)", spec, len(params), len(args), strings.Join(Names, ", "))
+		return nil, fmt.Errorf("robust: aggregator %q takes %d parameter(s), got %d (want one of %s)", spec, len(params), len(args), strings.Join(Names(), ", "))
 	}
 	p := make([]float64, len(args))
 	for i, a := range args {

@@ -445,3 +445,17 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestNames checks that Names lists every rule Parse knows, with its
+// parameters.
+func TestNames(t *testing.T) {
+	if len(Names()) != len(rules) {
+		t.Errorf("Names() has %d rules, Parse %d", len(Names()), len(rules))
+	}
+	for _, n := range Names() {
+		name, params, _ := strings.Cut(n, ":")
+		if r, ok := rules[name]; !ok || r.params != params {
+			t.Errorf("Names() lists %q; Parse knows %q with parameters %q", n, name, r.params)
+		}
+	}
+}
