@@ -19,6 +19,7 @@ import (
 	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
+	"github.com/fedpq/fedpq/robust"
 )
 
 // Config is one experiment. Every field is a YAML key and a flag of
@@ -83,6 +84,10 @@ type Config struct {
 	Perturb   string  `yaml:"perturb"`   // weights or updates
 	Weighting string  `yaml:"weighting"` // examples or mean
 	GlobalLR  float64 `yaml:"global_lr"`
+	// Aggregator turns a round's decoded messages into one estimate: mean,
+	// or a Byzantine-robust rule (package robust: median,
+	// trimmed-mean:B, krum:F, multi-krum:F,M, bulyan:F, norm-bounded:C).
+	Aggregator string `yaml:"aggregator"`
 	// ServerOptimizer is how each round's estimate moves the global model
 	// (fl.ServerOptimizer): fedavg, fedavgm, fedadam, fedyogi or
 	// fedadagrad, at GlobalLR, with the betas and tau the last four read.
@@ -145,7 +150,7 @@ func Default() Config {
 		Gamma: mc.Gamma, Px: mc.Px, InputBits: mc.InputBits, BudgetBits: mc.BudgetBits,
 		Rate: mc.Rate, Lattice: mc.Lattice, ModBits: mc.ModBits,
 		Range: "fixed:0,0.05", Perturb: "updates", Weighting: "examples", GlobalLR: 1,
-		ServerOptimizer: sc.Name, ServerBeta1: sc.Beta1, ServerBeta2: sc.Beta2, ServerTau: sc.Tau,
+		Aggregator: "mean", ServerOptimizer: sc.Name, ServerBeta1: sc.Beta1, ServerBeta2: sc.Beta2, ServerTau: sc.Tau,
 		LedgerDelta: 1e-5, Seed: 1, Engine: string(model.Native),
 	}
 }
@@ -307,10 +312,14 @@ func (c Config) engineConfig() (fl.Config, error) {
 	if err != nil {
 		return fl.Config{}, err
 	}
+	rule, err := robust.Parse(c.Aggregator)
+	if err != nil {
+		return fl.Config{}, err
+	}
 	return fl.Config{
 		Rounds: c.Rounds, ClientsPerRound: c.ClientsPerRound, Dropout: c.Dropout,
 		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer,
-		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting,
+		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting, Aggregator: rule,
 		Server:   fl.ServerConfig{Name: c.ServerOptimizer, LR: c.GlobalLR, Beta1: c.ServerBeta1, Beta2: c.ServerBeta2, Tau: c.ServerTau},
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,

@@ -29,7 +29,7 @@ type aggregate struct {
 	sums     []mech.Sum // equal weights
 	weighted bool
 	acc      [][]float64 // weighted: sum of weight * decoded upload
-	dec      [][]float64 // weighted: one upload decoded, reused
+	dec      [][]float64 // weighted, robust: one upload decoded, reused
 	total    float64     // weighted: sum of weights
 	n        int
 }
@@ -68,31 +68,18 @@ func (e *Engine) newAggregate(ranges []mech.Range, sel []int, slot func(int) mec
 // checked before any is added, so a truncated or oversized upload is
 // refused whole rather than half counted.
 func (a *aggregate) add(pos int, u Upload) error {
-	newSlot := func() mech.Slot { return a.slot(pos) }
-	if len(u.Payloads) != len(a.sizes) {
-		return fmt.Errorf("upload has %d tensors, the model %d", len(u.Payloads), len(a.sizes))
-	}
-	for i, p := range u.Payloads {
-		if want := (a.m.Bits(a.sizes[i]) + 7) / 8; len(p) != want {
-			return fmt.Errorf("tensor %d: payload of %d bytes, want %d", i, len(p), want)
-		}
+	if err := a.check(u); err != nil {
+		return err
 	}
 	if !a.weighted {
 		// A Sum refuses a bad payload whole; so that the upload is refused
 		// whole too, every tensor is first decoded on its own, with a slot
 		// of its own: a dithered client's stream runs on from one tensor
 		// to the next, and the sums must read it from its start.
-		check := newSlot()
-		for i, p := range u.Payloads {
-			s, err := a.m.NewSum(a.sizes[i], a.ranges[i])
-			if err != nil {
-				return err
-			}
-			if err := s.Add(p, check); err != nil {
-				return fmt.Errorf("tensor %d: %w", i, err)
-			}
+		if err := a.decode(pos, u); err != nil {
+			return err
 		}
-		slot := newSlot()
+		slot := a.slot(pos)
 		for i, p := range u.Payloads {
 			if err := a.sums[i].Add(p, slot); err != nil {
 				return fmt.Errorf("tensor %d: %w", i, err) // unreachable: checked above
@@ -101,8 +88,39 @@ func (a *aggregate) add(pos int, u Upload) error {
 		a.n++
 		return nil
 	}
-	slot := newSlot()
+	if err := a.decode(pos, u); err != nil {
+		return err
+	}
 	w := float64(u.Examples)
+	for i, d := range a.dec { // added only once every tensor decoded
+		for j, v := range d {
+			a.acc[i][j] += w * v
+		}
+	}
+	a.total += w
+	a.n++
+	return nil
+}
+
+// check refuses an upload whose tensors are not the model's or whose
+// payloads are not the mechanism's size for them.
+func (a *aggregate) check(u Upload) error {
+	if len(u.Payloads) != len(a.sizes) {
+		return fmt.Errorf("upload has %d tensors, the model %d", len(u.Payloads), len(a.sizes))
+	}
+	for i, p := range u.Payloads {
+		if want := (a.m.Bits(a.sizes[i]) + 7) / 8; len(p) != want {
+			return fmt.Errorf("tensor %d: payload of %d bytes, want %d", i, len(p), want)
+		}
+	}
+	return nil
+}
+
+// decode decodes the upload of the client at pos on its own, tensor by
+// tensor, refusing it whole if any tensor fails, and writes into a.dec,
+// where there is one, what that client's message says of each parameter.
+func (a *aggregate) decode(pos int, u Upload) error {
+	slot := a.slot(pos)
 	for i, p := range u.Payloads {
 		s, err := a.m.NewSum(a.sizes[i], a.ranges[i])
 		if err != nil {
@@ -111,17 +129,12 @@ func (a *aggregate) add(pos int, u Upload) error {
 		if err := s.Add(p, slot); err != nil {
 			return fmt.Errorf("tensor %d: %w", i, err)
 		}
-		if err := s.Mean(a.dec[i]); err != nil {
-			return err
+		if a.dec != nil {
+			if err := s.Mean(a.dec[i]); err != nil {
+				return err
+			}
 		}
 	}
-	for i, d := range a.dec { // added only once every tensor decoded
-		for j, v := range d {
-			a.acc[i][j] += w * v
-		}
-	}
-	a.total += w
-	a.n++
 	return nil
 }
 

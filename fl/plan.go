@@ -70,6 +70,8 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 		agg, err = e.newSecure(t, ranges, sel, round.ServerSlot)
 	case e.cfg.Shuffle:
 		agg, err = e.newShuffled(t, ranges)
+	case e.cfg.Aggregator != nil:
+		agg = e.newRobust(ranges, round.ServerSlot)
 	default:
 		agg, err = e.newAggregate(ranges, sel, round.ServerSlot)
 	}
@@ -161,11 +163,15 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 	if received > 0 {
 		est, err := p.agg.mean()
 		_, secured := p.agg.(*secure)
+		_, robustRound := p.agg.(*robustSum)
 		switch {
 		case err != nil && secured:
 			// Too few survivors to unmask the sum: the round is lost,
 			// not the run.
 			r.Discarded = "secure aggregation: " + err.Error()
+		case err != nil && robustRound:
+			// Too few uploads for the rule's assumptions: likewise.
+			r.Discarded = err.Error()
 		case err != nil:
 			return r, err
 		default:

@@ -16,6 +16,7 @@ import (
 	"github.com/fedpq/fedpq/model"
 	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
+	"github.com/fedpq/fedpq/robust"
 )
 
 // Trainer trains and evaluates one worker's copy of the model;
@@ -43,6 +44,11 @@ type Config struct {
 	// MaxExamples caps a client's FedAvg weight: a client with more
 	// examples, or claiming more, is weighed as MaxExamples (0: no cap).
 	MaxExamples int
+	// Aggregator turns a round's decoded messages into its estimate when
+	// the mean will not do (package robust); nil is the streaming mean.
+	// It needs each client's message, equal weights, and neither secure
+	// aggregation nor the shuffler.
+	Aggregator robust.Rule
 	// Server is how each round's estimate moves the global model: FedAvg
 	// at the global learning rate lambda (global = (1-lambda) global +
 	// lambda estimate for weights, global += lambda estimate for updates),
@@ -227,6 +233,14 @@ func New(cfg Config, task Task) (*Engine, error) {
 	}
 	if cfg.Shuffle {
 		if err := e.checkShuffle(); err != nil {
+			return nil, err
+		}
+	}
+	if _, mean := cfg.Aggregator.(robust.Mean); mean {
+		e.cfg.Aggregator = nil // the streaming mean: the model's size in memory, not n times it
+	}
+	if e.cfg.Aggregator != nil {
+		if err := e.checkAggregator(); err != nil {
 			return nil, err
 		}
 	}

@@ -22,7 +22,7 @@ var runGroups = []helpGroup{
 	{"Model and training", []string{"model", "init-weights", "init-weights-sha256", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
 		"perturb", "patience", "eval-every", "engine", "workers", "seed",
 		"trainer", "trainer-timeout", "trainer-threads"}},
-	{"Server strategy: the range asked for, aggregation, the server's step (docs/training.md)", []string{"range", "weighting",
+	{"Server strategy: the range asked for, aggregation, the server's step (docs/training.md)", []string{"range", "weighting", "aggregator",
 		"server-optimizer", "global-lr", "server-beta1", "server-beta2", "server-tau"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "transfer"}},
