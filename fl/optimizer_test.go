@@ -2,7 +2,11 @@ package fl
 
 import (
 	"math"
+	"reflect"
 	"testing"
+
+	"github.com/fedpq/fedpq/report"
+	"github.com/fedpq/fedpq/robust"
 )
 
 // reference is Reddi et al.'s Algorithm 2 (and FedAvgM) for one
@@ -114,6 +118,38 @@ func TestServerOptimizerErrors(t *testing.T) {
 	} {
 		if _, err := NewServerOptimizer(c, "updates"); err == nil {
 			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+// TestStrategyLedger: the server's strategy is post-processing, so every
+// round's privacy entries are the same whatever the optimizer or the
+// aggregator (docs/privacy.md).
+func TestStrategyLedger(t *testing.T) {
+	task := fakeTask(8, 6, func(int) int { return 2 })
+	var want []report.Round
+	for _, s := range []struct {
+		opt  string
+		rule robust.Rule
+	}{{"fedavg", nil}, {"fedavgm", nil}, {"fedadam", nil}, {"fedavg", robust.Median{}}} {
+		cfg := baseConfig()
+		cfg.Mechanism, cfg.Perturb, cfg.Weighting, cfg.Rounds = "ldpq", "updates", "mean", 3
+		cfg.Server.Name, cfg.Aggregator = s.opt, s.rule
+		if s.opt != "fedavg" {
+			cfg.Server.LR = 0.1
+		}
+		_, rounds := run(t, cfg, task)
+		if want == nil {
+			want = rounds
+			if rounds[2].Privacy == nil || rounds[2].EpsilonSpent != 3 {
+				t.Fatalf("no ledger to compare: %+v", rounds[2])
+			}
+			continue
+		}
+		for i, r := range rounds {
+			if !reflect.DeepEqual(r.Privacy, want[i].Privacy) || r.EpsilonSpent != want[i].EpsilonSpent {
+				t.Errorf("%s %v, round %d: privacy %+v, fedavg's %+v", s.opt, s.rule, r.Round, r.Privacy, want[i].Privacy)
+			}
 		}
 	}
 }
