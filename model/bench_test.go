@@ -93,7 +93,7 @@ func BenchmarkCompile(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := e.program(64); err != nil {
+				if _, err := e.program(64, false); err != nil {
 					b.Fatal(err)
 				}
 			}

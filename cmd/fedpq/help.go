@@ -20,7 +20,7 @@ var runGroups = []helpGroup{
 	{"Own data (instead of --dataset; docs/data.md)", []string{"data", "test-data", "validation-data", "data-format", "label-column",
 		"categorical-columns", "client-column", "feature-scaling", "image-size", "channels", "classes", "max-examples"}},
 	{"Model and training", []string{"model", "init-weights", "init-weights-sha256", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
-		"range", "perturb", "weighting", "global-lr", "patience", "eval-every", "engine", "workers", "seed",
+		"prox-mu", "range", "perturb", "weighting", "global-lr", "patience", "eval-every", "engine", "workers", "seed",
 		"trainer", "trainer-timeout", "trainer-threads"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "transfer"}},
