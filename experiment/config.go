@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -60,6 +61,9 @@ type Config struct {
 	WeightDecay float64 `yaml:"weight_decay"`
 	Epochs      int     `yaml:"epochs"`
 	Batch       int     `yaml:"batch"`
+	// ProxMu is FedProx's mu (model.TrainConfig.ProxMu): each client's
+	// local loss gains (mu/2) ||w - global||^2. 0: plain local training.
+	ProxMu float64 `yaml:"prox_mu"`
 
 	Mechanism  string  `yaml:"mechanism"`
 	Epsilon    float64 `yaml:"epsilon"`
@@ -252,6 +256,9 @@ func (c Config) Validate() error {
 	if !(c.Validation >= 0 && c.Validation < 1) {
 		return fmt.Errorf("validation %v must be in [0, 1)", c.Validation)
 	}
+	if !(c.ProxMu >= 0) || math.IsInf(c.ProxMu, 0) {
+		return fmt.Errorf("prox_mu %v must be finite and at least 0", c.ProxMu)
+	}
 	if c.Clients == 0 && c.Data != "" {
 		c.Clients = 1 // resolved from the data
 	}
@@ -321,7 +328,7 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer,
 		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting, Aggregator: rule,
 		Server:   fl.ServerConfig{Name: c.ServerOptimizer, LR: c.GlobalLR, Beta1: c.ServerBeta1, Beta2: c.ServerBeta2, Tau: c.ServerTau},
-		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
+		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch, ProxMu: c.ProxMu,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
 		Shuffle: c.Shuffle, MaxExamples: c.MaxExamples,
 	}, nil

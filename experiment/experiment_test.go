@@ -107,6 +107,8 @@ func TestBadConfigs(t *testing.T) {
 		func(c *Config) { c.Dataset = "mnist"; c.Partition = "natural"; c.DataDir = "../../shared/datasets" },
 		func(c *Config) { c.Epsilon = -1 },
 		func(c *Config) { c.Engine = "xla" },
+		func(c *Config) { c.ProxMu = -0.01 },
+		func(c *Config) { c.ProxMu = math.Inf(1) },
 	} {
 		c := quick(t)
 		f(&c)

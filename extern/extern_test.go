@@ -100,7 +100,7 @@ func TestTrainAndEvaluate(t *testing.T) {
 			t0, _ := p.Trainer()
 			t1, _ := p.Trainer()
 			idx := []int{5, 3, 9, 20, 21, 22, 40, 41, 42, 59}
-			cfg := model.TrainConfig{Epochs: 2, Batch: 4, Seed: 1234567, Client: 7, Round: 3}
+			cfg := model.TrainConfig{Epochs: 2, Batch: 4, Seed: 1234567, Client: 7, Round: 3, ProxMu: 0.25}
 			want := expected(init, x, y, idx, cfg)
 			for i, tr := range []*Trainer{t0, t1} {
 				got, loss, err := tr.Train(context.Background(), init, x, y, idx, cfg)
@@ -143,7 +143,7 @@ func TestTrainAndEvaluate(t *testing.T) {
 // expected is the fake trainer's result.
 func expected(w [][]float32, x []float32, y []int32, idx []int, cfg model.TrainConfig) [][]float32 {
 	rows, labels := split(x, y)
-	nw, nb := externtest.Step(w[0], w[1], rows, labels, idx, classes, spec.Optimizer.LR, cfg.Epochs)
+	nw, nb := externtest.Step(w[0], w[1], rows, labels, idx, classes, spec.Optimizer.LR, cfg.Epochs, cfg.ProxMu)
 	return [][]float32{nw, nb}
 }
 

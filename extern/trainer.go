@@ -110,8 +110,8 @@ func (t *Trainer) begin() error {
 }
 
 // Train trains the model from weights on the examples idx of (x, y) in
-// the trainer process, with cfg's epochs, batch, seed, client and round and
-// the pool's optimizer, and returns the trained weights and the mean loss
+// the trainer process, with cfg's epochs, batch, seed, client, round and
+// FedProx mu and the pool's optimizer, and returns the trained weights and the mean loss
 // the trainer reports. The examples of idx that the process does not hold
 // yet are sent first.
 func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y []int32, idx []int, cfg model.TrainConfig) ([][]float32, float64, error) {
@@ -123,6 +123,9 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 	if cfg.Epochs < 1 || cfg.Batch < 1 || len(idx) == 0 {
 		return nil, 0, fmt.Errorf("trainer: %d epochs of batch %d on %d examples", cfg.Epochs, cfg.Batch, len(idx))
 	}
+	if !(cfg.ProxMu >= 0) || math.IsInf(cfg.ProxMu, 0) {
+		return nil, 0, fmt.Errorf("trainer: FedProx mu %v, want a finite value >= 0", cfg.ProxMu)
+	}
 	start := time.Now()
 	ds, err := t.send(ctx, x, y, idx)
 	if err != nil {
@@ -132,7 +135,7 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 	opt := t.pool.spec.Optimizer
 	h := &frame.Header{Type: "train", Dataset: ds, Client: cfg.Client, Round: cfg.Round, Seed: cfg.Seed,
 		Epochs: cfg.Epochs, Batch: cfg.Batch, Optimizer: opt.Name, LR: opt.LR, Momentum: opt.Momentum,
-		WeightDecay: opt.WeightDecay, Threads: t.pool.threads()}
+		WeightDecay: opt.WeightDecay, ProxMu: cfg.ProxMu, Threads: t.pool.threads()}
 	body, err := t.weights(h, weights)
 	if err != nil {
 		return nil, 0, err

@@ -60,8 +60,11 @@ type Config struct {
 	EvalEvery int // evaluate on the test set every this many rounds (and at the last)
 	Epochs    int // local epochs
 	Batch     int // local minibatch size
-	Seed      uint64
-	Workers   int // clients trained in parallel (0: all cores)
+	// ProxMu is FedProx's mu, passed to every client's local training
+	// (model.TrainConfig.ProxMu); 0: plain local training.
+	ProxMu  float64
+	Seed    uint64
+	Workers int // clients trained in parallel (0: all cores)
 	// LedgerDelta is the delta of the ledger's composed bounds
 	// (advanced, optimal and zCDP composition).
 	LedgerDelta float64
@@ -128,6 +131,8 @@ func (c *Config) validate(clients int) error {
 		return fmt.Errorf("fl: eval-every %d must be at least 1", c.EvalEvery)
 	case c.Epochs < 1 || c.Batch < 1:
 		return fmt.Errorf("fl: epochs (%d) and batch (%d) must be at least 1", c.Epochs, c.Batch)
+	case !(c.ProxMu >= 0) || math.IsInf(c.ProxMu, 0):
+		return fmt.Errorf("fl: prox_mu %v must be finite and at least 0", c.ProxMu)
 	case c.MaxExamples < 0:
 		return fmt.Errorf("fl: max examples %d must not be negative", c.MaxExamples)
 	}
@@ -433,7 +438,7 @@ func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) uploa
 	u := upload{pos: pos, Upload: Upload{Examples: e.examples[k]}}
 	train := e.task.Data.Train
 	local, loss, err := tr.Train(ctx, p.Global, train.X, train.Y, e.task.Clients[k],
-		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k), Client: k, Round: p.T})
+		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k), Client: k, Round: p.T, ProxMu: e.cfg.ProxMu})
 	if err != nil {
 		u.err = err
 		return u

@@ -275,6 +275,9 @@ func TestConfigErrors(t *testing.T) {
 		func(c *Config) { c.Mechanism = "nonesuch" },
 		func(c *Config) { c.Mech.Epsilon = 0; c.Mechanism = "ldpq" },
 		func(c *Config) { c.EvalEvery = 0 },
+		func(c *Config) { c.ProxMu = -0.01 },
+		func(c *Config) { c.ProxMu = math.NaN() },
+		func(c *Config) { c.ProxMu = math.Inf(1) },
 	} {
 		cfg := baseConfig()
 		f(&cfg)

@@ -34,22 +34,24 @@ func synthetic(m *Model, n int, seed uint64) ([]float32, []int32) {
 // each engine, as ms/step: one Train call of one epoch over 64*steps
 // examples, divided by the steps, so weight loading and reading are
 // amortised as in a client's local training. native-t2 is the native
-// engine with SetThreads(2).
+// engine with SetThreads(2); the -prox variants train with FedProx's term
+// (mu 0.1), whose cost is one more pass over the weights per step.
 func BenchmarkStep(b *testing.B) {
 	for _, c := range []struct {
 		name    string
 		engine  Engine
 		threads int
-	}{{"native", Native, 1}, {"native-t2", Native, 2}, {"gomlx", GoMLX, 1}} {
+		mu      float64
+	}{{"native", Native, 1, 0}, {"native-prox", Native, 1, 0.1}, {"native-t2", Native, 2, 0}, {"gomlx", GoMLX, 1, 0}, {"gomlx-prox", GoMLX, 1, 0.1}} {
 		b.Run(c.name, func(b *testing.B) {
 			for _, arch := range Names() {
-				b.Run(arch, func(b *testing.B) { benchStep(b, arch, c.engine, c.threads) })
+				b.Run(arch, func(b *testing.B) { benchStep(b, arch, c.engine, c.threads, c.mu) })
 			}
 		})
 	}
 }
 
-func benchStep(b *testing.B, arch string, e Engine, threads int) {
+func benchStep(b *testing.B, arch string, e Engine, threads int, mu float64) {
 	m, err := New(arch, benchInput(arch), 10)
 	if err != nil {
 		b.Fatal(err)
@@ -66,7 +68,7 @@ func benchStep(b *testing.B, arch string, e Engine, threads int) {
 		idx[i] = i
 	}
 	w := m.Init(1)
-	cfg := TrainConfig{Epochs: 1, Batch: 64, Seed: 1}
+	cfg := TrainConfig{Epochs: 1, Batch: 64, Seed: 1, ProxMu: mu}
 	if _, _, err := tr.Train(context.Background(), w, x, y, idx, cfg); err != nil { // compile, allocate
 		b.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func BenchmarkCompile(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := e.program(64); err != nil {
+				if _, err := e.program(64, false); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -22,7 +22,10 @@ import (
 // compute bit for bit (goldenInit, goldenDropout), on batches it stores.
 // Each model trains with SGD + momentum and with Adam: mlp, cnn2 and lenet
 // 150 steps of batch 16, corbin-cnn and ldpfl-cnn 100 steps of batch 4 (see
-// the generator's CASES for the learning rates). The fixtures hold
+// the generator's CASES for the learning rates); mlp and cnn2 also with
+// FedProx's proximal term at mu 0.01 and 0.5 (PROX_CASES: the term
+// (mu/2) sum ||w - w0||^2 added to the loss, w0 the initial weights, as
+// Flower's FedProx does). The fixtures hold
 // PyTorch's loss of every step and, after steps 1, 10 and the last, each
 // tensor's float64 sum and sum of squares and 256 values at fixed positions
 // (goldenPos). TestGoldenTraining runs fedpq's trainer (Trainer.run, on
@@ -99,6 +102,7 @@ type goldenCheckpoint struct {
 type goldenCase struct {
 	Model, Optimizer string
 	LR, Momentum     float64
+	ProxMu           float64 `json:"prox_mu"` // FedProx's mu, 0 for none
 	Batch            int
 	Seed             uint64  // of the initial weights, the batches and the dropout masks
 	Batches          [][]int // each step's examples (indices into the 256)
@@ -235,28 +239,38 @@ var goldenEngines = []Engine{Native, GoMLX}
 // its ratio to the tolerance.
 func compareWeights(t *testing.T, what string, m *Model, w [][]float32, want []goldenTensor, tol []float64) (worst, ratio float64) {
 	t.Helper()
+	bad, worst, ratio := weightDiffs(m, w, want, tol)
+	for _, b := range bad {
+		t.Errorf("%s: %s", what, b)
+	}
+	return worst, ratio
+}
+
+// weightDiffs is compareWeights's check: it describes each way w is out
+// of tolerance.
+func weightDiffs(m *Model, w [][]float32, want []goldenTensor, tol []float64) (bad []string, worst, ratio float64) {
 	specs := m.Tensors()
 	if len(want) != len(specs) || len(tol) != len(specs) {
-		t.Fatalf("%s: fixture has %d tensors, %s has %d", what, len(want), m.Arch(), len(specs))
+		return []string{fmt.Sprintf("fixture has %d tensors, %s has %d", len(want), m.Arch(), len(specs))}, math.Inf(1), math.Inf(1)
 	}
 	for ti, g := range want {
 		n := len(w[ti])
 		rms := math.Sqrt(g.Sumsq / float64(n))
-		bad, at, tensorWorst := 0, 0, 0.0
+		out, at, tensorWorst := 0, 0, 0.0
 		for k, v := range g.Sample {
 			p := goldenPos(n, len(g.Sample), k)
 			d := math.Abs(float64(w[ti][p])-v) / rms
 			if d > tol[ti] || math.IsNaN(d) {
-				bad++
+				out++
 			}
 			if d > tensorWorst || math.IsNaN(d) {
 				tensorWorst, at = d, k
 			}
 		}
-		if bad > 0 {
+		if out > 0 {
 			p := goldenPos(n, len(g.Sample), at)
-			t.Errorf("%s: %s: %d of %d sampled values off by more than %.2g rms, the most [%d] = %.9g, PyTorch %.9g (%.2g rms)",
-				what, specs[ti].Name, bad, len(g.Sample), tol[ti], p, w[ti][p], g.Sample[at], tensorWorst)
+			bad = append(bad, fmt.Sprintf("%s: %d of %d sampled values off by more than %.2g rms, the most [%d] = %.9g, PyTorch %.9g (%.2g rms)",
+				specs[ti].Name, out, len(g.Sample), tol[ti], p, w[ti][p], g.Sample[at], tensorWorst))
 		}
 		worst = max(worst, tensorWorst)
 		ratio = max(ratio, tensorWorst/tol[ti])
@@ -266,13 +280,13 @@ func compareWeights(t *testing.T, what string, m *Model, w [][]float32, want []g
 			ss += float64(v) * float64(v)
 		}
 		if d := math.Abs(s - g.Sum); !(d <= tol[ti]*rms*float64(n)) {
-			t.Errorf("%s: %s sums to %.9g, PyTorch %.9g (tolerance %.2g)", what, specs[ti].Name, s, g.Sum, tol[ti]*rms*float64(n))
+			bad = append(bad, fmt.Sprintf("%s sums to %.9g, PyTorch %.9g (tolerance %.2g)", specs[ti].Name, s, g.Sum, tol[ti]*rms*float64(n)))
 		}
 		if d := math.Abs(ss - g.Sumsq); !(d <= (2*tol[ti]+tol[ti]*tol[ti])*g.Sumsq) {
-			t.Errorf("%s: %s sum of squares %.9g, PyTorch %.9g", what, specs[ti].Name, ss, g.Sumsq)
+			bad = append(bad, fmt.Sprintf("%s sum of squares %.9g, PyTorch %.9g", specs[ti].Name, ss, g.Sumsq))
 		}
 	}
-	return worst, ratio
+	return bad, worst, ratio
 }
 
 // goldenTol is the tolerance per tensor for PyTorch's noise.
@@ -286,19 +300,33 @@ func goldenTol(noise []float64) []float64 {
 
 // TestGoldenTraining: from the same weights on the same batches (and
 // dropout masks), fedpq's local training of mlp, cnn2, corbin-cnn,
-// ldpfl-cnn and lenet with SGD + momentum and with Adam matches PyTorch's over 100
-// to 150 steps: the mean loss and the weights after steps 1, 10 and the
-// last, on each engine (see the tolerance above).
+// ldpfl-cnn and lenet with SGD + momentum and with Adam, and of mlp and
+// cnn2 with FedProx's term, matches PyTorch's over 100 to 150 steps: the
+// mean loss and the weights after steps 1, 10 and the last, on each
+// engine (see the tolerance above). For the FedProx cases it also checks
+// that the fixture sees the term: training without it, with its sign
+// flipped, or with mu doubled or halved (a lost or extra factor 2) fails
+// the last checkpoint.
 func TestGoldenTraining(t *testing.T) {
 	x, y := goldenMNIST(t)
 	var cases []goldenCase
 	readGolden(t, "train.json.gz", &cases)
-	if len(cases) != 10 {
-		t.Fatalf("%d training cases, want 10", len(cases))
+	prox := 0
+	for _, c := range cases {
+		if c.ProxMu > 0 {
+			prox++
+		}
+	}
+	if len(cases) != 18 || prox != 8 {
+		t.Fatalf("%d training cases, %d of them FedProx; want 18 and 8", len(cases), prox)
 	}
 	for _, e := range goldenEngines {
 		for _, c := range cases {
-			t.Run(fmt.Sprintf("%s/%s/%s", e, c.Model, c.Optimizer), func(t *testing.T) {
+			name := fmt.Sprintf("%s/%s/%s", e, c.Model, c.Optimizer)
+			if c.ProxMu > 0 {
+				name += fmt.Sprintf("/prox%g", c.ProxMu)
+			}
+			t.Run(name, func(t *testing.T) {
 				m, err := New(c.Model, []int{28, 28, 1}, 10)
 				if err != nil {
 					t.Fatal(err)
@@ -309,7 +337,7 @@ func TestGoldenTraining(t *testing.T) {
 				}
 				init := goldenInit(m, c.Seed)
 				for _, cp := range c.Checkpoints {
-					pl := plan{batch: c.Batch, batches: c.Batches[:cp.Step], dropout: goldenDropout(c.Seed, c.Batches)}
+					pl := plan{batch: c.Batch, batches: c.Batches[:cp.Step], dropout: goldenDropout(c.Seed, c.Batches), mu: c.ProxMu}
 					w, loss, err := tr.run(t.Context(), init, x, y, pl)
 					if err != nil {
 						t.Fatal(err)
@@ -325,8 +353,33 @@ func TestGoldenTraining(t *testing.T) {
 					t.Logf("step %3d: mean loss %.6f (PyTorch %+.1e), weights off by up to %.1e rms (%.0f%% of the tolerance)",
 						cp.Step, loss, loss-want, worst, 100*ratio)
 				}
+				if c.ProxMu > 0 && e == Native {
+					proxMatters(t, tr, c, init, x, y)
+				}
 			})
 		}
+	}
+}
+
+// proxMatters checks that case c's last checkpoint fails with FedProx's
+// term left out, of the wrong sign, or off by a factor of 2 either way
+// (run on one engine: it tests the fixture, not the engine).
+func proxMatters(t *testing.T, tr *Trainer, c goldenCase, init [][]float32, x []float32, y []int32) {
+	t.Helper()
+	last := c.Checkpoints[len(c.Checkpoints)-1]
+	for _, mu := range []float64{0, -c.ProxMu, 2 * c.ProxMu, c.ProxMu / 2} {
+		pl := plan{batch: c.Batch, batches: c.Batches, dropout: goldenDropout(c.Seed, c.Batches), mu: mu}
+		w, _, err := tr.run(t.Context(), init, x, y, pl)
+		if err != nil {
+			t.Logf("mu %g instead of %g: %v", mu, c.ProxMu, err)
+			continue
+		}
+		bad, worst, ratio := weightDiffs(tr.Model(), w, last.Tensors, goldenTol(last.Noise))
+		if len(bad) == 0 {
+			t.Errorf("mu %g instead of %g passes the check (weights off by up to %.1e rms)", mu, c.ProxMu, worst)
+			continue
+		}
+		t.Logf("mu %g instead of %g: weights off by up to %.1e rms, %.0f times the tolerance", mu, c.ProxMu, worst, ratio)
 	}
 }
 

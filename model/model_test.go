@@ -314,6 +314,18 @@ func TestBadInput(t *testing.T) {
 			_, _, err := tr.Train(context.Background(), good, x, y, []int{0}, TrainConfig{Batch: 2})
 			return err
 		},
+		"negative mu": func() error {
+			_, _, err := tr.Train(context.Background(), good, x, y, []int{0}, TrainConfig{Epochs: 1, Batch: 2, ProxMu: -0.1})
+			return err
+		},
+		"NaN mu": func() error {
+			_, _, err := tr.Train(context.Background(), good, x, y, []int{0}, TrainConfig{Epochs: 1, Batch: 2, ProxMu: math.NaN()})
+			return err
+		},
+		"Inf mu": func() error {
+			_, _, err := tr.Train(context.Background(), good, x, y, []int{0}, TrainConfig{Epochs: 1, Batch: 2, ProxMu: math.Inf(1)})
+			return err
+		},
 		"eval NaN":       func() error { _, _, err := tr.Evaluate(nan, x, y, nil); return err },
 		"eval empty idx": func() error { _, _, err := tr.Evaluate(good, x, y, []int{}); return err },
 		"eval label":     func() error { _, _, err := tr.Evaluate(good, x, []int32{0, 5}, nil); return err },

@@ -38,6 +38,8 @@ type nativeEngine struct {
 type nativeStep struct {
 	w        [][]float32 // the weights being trained
 	lrt, bc2 float32     // adam: bias-corrected step size, sqrt(1 - beta2^t)
+	w0       [][]float32 // FedProx: the weights training started from
+	mu       float32     // FedProx: the proximal weight, 0 for none
 }
 
 func newNativeEngine(m *Model, opt Optimizer) (*nativeEngine, error) {
@@ -85,7 +87,8 @@ func (e *nativeEngine) train(ctx context.Context, weights [][]float32, x []float
 	for _, s := range e.state {
 		clear(s)
 	}
-	e.cur.w = w
+	e.cur.w, e.cur.w0, e.cur.mu = w, weights, float32(pl.mu)
+	defer func() { e.cur.w0 = nil }() // the caller's weights: not kept past the call
 	var lossSum float64
 	examples := 0
 	for step, sel := range pl.batches {

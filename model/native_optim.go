@@ -6,13 +6,17 @@ import "math"
 // i, in the float32 operations and order of gomlxEngine.update (so the
 // engines round alike), reading the weights and adam's step scalars from
 // e.cur. It is built once per tensor: a step calls it without allocating.
-// Weight decay adds w*wd to the gradient first, in place (the gradient is
-// not read again before the next backward pass overwrites it).
+// FedProx's mu (w - w0) and then weight decay's w*wd are added to the
+// gradient first, in place (the gradient is not read again before the
+// next backward pass overwrites it).
 func (e *nativeEngine) updater(i int) func(lo, hi int) {
 	o := e.opt
 	lr, wd := float32(o.LR), float32(o.WeightDecay)
 	grad := e.grads[i]
-	decay := func(w, g []float32) {
+	regularize := func(lo int, w, g []float32) {
+		if mu := e.cur.mu; mu != 0 {
+			addProx(g, w, e.cur.w0[i][lo:lo+len(g)], mu)
+		}
 		if wd > 0 {
 			addScaled(g, w, wd)
 		}
@@ -27,7 +31,7 @@ func (e *nativeEngine) updater(i int) func(lo, hi int) {
 			g := grad[lo:hi]
 			w, m, v := e.cur.w[i][lo:hi][:len(g)], first[lo:hi][:len(g)], second[lo:hi][:len(g)]
 			lrt, bc2 := e.cur.lrt, e.cur.bc2
-			decay(w, g)
+			regularize(lo, w, g)
 			for j, gj := range g {
 				m[j] = m[j]*b1 + gj*c1
 				v[j] = v[j]*b2 + gj*gj*c2
@@ -39,14 +43,14 @@ func (e *nativeEngine) updater(i int) func(lo, hi int) {
 		velocity, mom := e.state[i], float32(o.Momentum)
 		return func(lo, hi int) {
 			w, g, v := e.cur.w[i][lo:hi], grad[lo:hi], velocity[lo:hi]
-			decay(w, g)
+			regularize(lo, w, g)
 			scaleAdd(v, g, mom)
 			subScaled(w, v, lr)
 		}
 	default:
 		return func(lo, hi int) {
 			w, g := e.cur.w[i][lo:hi], grad[lo:hi]
-			decay(w, g)
+			regularize(lo, w, g)
 			subScaled(w, g, lr)
 		}
 	}
@@ -87,6 +91,22 @@ func addScaled(g, x []float32, a float32) {
 	}
 	for ; j < len(g); j++ {
 		g[j] += x[j] * a
+	}
+}
+
+// addProx sets g[j] += mu*(w[j]-w0[j]).
+func addProx(g, w, w0 []float32, mu float32) {
+	w, w0 = w[:len(g)], w0[:len(g)]
+	j := 0
+	for ; j+4 <= len(g); j += 4 {
+		g4, w4, o4 := g[j:j+4:j+4], w[j:j+4:j+4], w0[j:j+4:j+4]
+		g4[0] += mu * (w4[0] - o4[0])
+		g4[1] += mu * (w4[1] - o4[1])
+		g4[2] += mu * (w4[2] - o4[2])
+		g4[3] += mu * (w4[3] - o4[3])
+	}
+	for ; j < len(g); j++ {
+		g[j] += mu * (w[j] - w0[j])
 	}
 }
 

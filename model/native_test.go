@@ -70,12 +70,19 @@ func TestBatchInnerChoice(t *testing.T) {
 	}
 }
 
-// engineOptimizers are the optimizers the engines must agree on.
-var engineOptimizers = []Optimizer{
-	{Name: "sgd", LR: 0.05},
-	{Name: "sgd", LR: 0.05, Momentum: 0.9},
-	{Name: "sgd", LR: 0.05, WeightDecay: 0.01},
-	{Name: "adam", LR: 5e-4},
+// engineOptimizers are the optimizers the engines must agree on, without
+// and with FedProx's term (mu; with weight decay too, which comes after
+// it).
+var engineOptimizers = []struct {
+	Optimizer
+	mu float64
+}{
+	{Optimizer{Name: "sgd", LR: 0.05}, 0},
+	{Optimizer{Name: "sgd", LR: 0.05, Momentum: 0.9}, 0},
+	{Optimizer{Name: "sgd", LR: 0.05, WeightDecay: 0.01}, 0},
+	{Optimizer{Name: "adam", LR: 5e-4}, 0},
+	{Optimizer{Name: "sgd", LR: 0.05, Momentum: 0.9, WeightDecay: 0.01}, 0.5},
+	{Optimizer{Name: "adam", LR: 5e-4}, 0.5},
 }
 
 // engineTol is the agreement the engines must reach on weights and
@@ -115,13 +122,22 @@ func TestEnginesAgree(t *testing.T) {
 		x, y := synthetic(m, 64, 7)
 		w0 := m.Init(3)
 		for _, opt := range engineOptimizers {
-			name := fmt.Sprintf("%s/%s-m%g-wd%g", arch, opt.Name, opt.Momentum, opt.WeightDecay)
+			if arch == "vgg-small" && opt.Name == "adam" && opt.mu > 0 {
+				// Adam turns the tiny proximal gradients of weights that
+				// barely moved into steps of up to lr: on this
+				// trajectory, starting either engine from weights moved
+				// by one ulp moves the result by 3.4e-4, beyond engineTol
+				// (measured 2026-11-26). TestGoldenTraining checks Adam
+				// with FedProx against PyTorch on mlp and cnn2.
+				continue
+			}
+			name := fmt.Sprintf("%s/%s-m%g-wd%g-mu%g", arch, opt.Name, opt.Momentum, opt.WeightDecay, opt.mu)
 			t.Run(name, func(t *testing.T) {
-				cfg := TrainConfig{Epochs: 3, Batch: 8, Seed: 5}
+				cfg := TrainConfig{Epochs: 3, Batch: 8, Seed: 5, ProxMu: opt.mu}
 				var ws [2][][]float32
 				var losses, accs, evals [2]float64
 				for k, e := range []Engine{Native, GoMLX} {
-					tr, err := m.NewTrainerOn(e, opt)
+					tr, err := m.NewTrainerOn(e, opt.Optimizer)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -89,6 +89,16 @@ type TrainConfig struct {
 	// them; an external trainer (package extern) passes them on to the
 	// user's code.
 	Client, Round int
+	// ProxMu is FedProx's proximal weight mu (Li et al., "Federated
+	// Optimization in Heterogeneous Networks", 2020): local training
+	// minimizes the loss plus (mu/2) ||w - w0||^2, w0 the weights Train
+	// starts from (a round's global model), which keeps a client whose
+	// data differ from the others' from drifting far from the global
+	// model. Every step's gradient gains mu (w - w0) before weight decay,
+	// momentum or Adam see it, as when PyTorch's FedProx implementations
+	// add the term to the loss. The loss Train reports is the data loss
+	// alone. 0 is plain training, bit for bit.
+	ProxMu float64
 }
 
 // goBackend is the process's Go backend, configured to run the ops of a
@@ -193,8 +203,16 @@ type gomlxEngine struct {
 	m        *Model
 	opt      Optimizer
 	backend  compute.Backend
-	programs map[int]*program // training graphs by batch size
+	programs map[trainKey]*program // training graphs
 	eval     *program
+}
+
+// trainKey tells training graphs apart: by batch size, and whether the
+// graph adds FedProx's proximal term (a separate graph, so that training
+// without it runs exactly the graph it always did).
+type trainKey struct {
+	batch int
+	prox  bool
 }
 
 // program is one compiled graph and its reusable, host-shared input buffers.
@@ -207,6 +225,7 @@ type program struct {
 	masks [][]float32 // dropout masks (training only)
 	in    []compute.Buffer
 	fixed int // index in in of the first data buffer (x); params and state come before
+	prox  int // index in in of FedProx's mu, followed by w0 (prox graphs only)
 }
 
 // newGoMLXEngine compiles the evaluation graph now and a training graph
@@ -217,8 +236,8 @@ func newGoMLXEngine(m *Model, opt Optimizer) (*gomlxEngine, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &gomlxEngine{m: m, opt: opt, backend: b, programs: map[int]*program{}}
-	if t.eval, err = t.build(evalBatch, false); err != nil {
+	t := &gomlxEngine{m: m, opt: opt, backend: b, programs: map[trainKey]*program{}}
+	if t.eval, err = t.build(evalBatch, false, false); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -227,11 +246,13 @@ func newGoMLXEngine(m *Model, opt Optimizer) (*gomlxEngine, error) {
 // setThreads is a no-op: the Go backend sizes its own worker pool.
 func (t *gomlxEngine) setThreads(int) {}
 
-// build compiles a training (train) or evaluation graph for a batch size.
+// build compiles a training (train) or evaluation graph for a batch size,
+// with FedProx's proximal term if prox.
 //
 // Training inputs: the parameters, the optimizer state (slots per
 // parameter), for adam two scalars (the bias-corrected step size and
-// sqrt(1-beta2^t)), then x, y, the loss weights and the dropout masks.
+// sqrt(1-beta2^t)), with prox FedProx's mu and the weights training
+// started from (w0), then x, y, the loss weights and the dropout masks.
 // Outputs: the new parameters, the new state and the step's loss. The
 // loss is sum_i wt_i * CE_i, with wt_i = 1/(examples in the batch) for real
 // examples and 0 for padding, so a short last batch is a mean over its own
@@ -241,7 +262,7 @@ func (t *gomlxEngine) setThreads(int) {}
 // Evaluation inputs: the parameters, x, y, wt (1 or 0); outputs: the
 // weighted sum of cross-entropies and the weighted count of correct
 // predictions.
-func (t *gomlxEngine) build(batch int, train bool) (p *program, err error) {
+func (t *gomlxEngine) build(batch int, train, prox bool) (p *program, err error) {
 	m := t.m
 	p = &program{batch: batch}
 	kind := "evaluation"
@@ -256,7 +277,8 @@ func (t *gomlxEngine) build(batch int, train bool) (p *program, err error) {
 		}
 		slots := 0
 		var state []*Node
-		var lrt, bc2 *Node
+		var lrt, bc2, mu *Node
+		var w0 []*Node
 		if train {
 			slots = t.opt.slots()
 			for k := range slots {
@@ -267,6 +289,13 @@ func (t *gomlxEngine) build(batch int, train bool) (p *program, err error) {
 			if t.opt.Name == "adam" {
 				lrt = Parameter(g, "adam/lr_t", f32())
 				bc2 = Parameter(g, "adam/bc2", f32())
+			}
+			if prox {
+				p.prox = g.NumParameters()
+				mu = Parameter(g, "prox/mu", f32())
+				for _, s := range m.specs {
+					w0 = append(w0, Parameter(g, s.Name+"/start", f32(s.Shape...)))
+				}
 			}
 		}
 		p.fixed = g.NumParameters()
@@ -285,6 +314,11 @@ func (t *gomlxEngine) build(batch int, train bool) (p *program, err error) {
 		var outs []*Node
 		if train {
 			grads := m.backward(params, masks, passes, dLogits)
+			if prox {
+				for i, w := range params {
+					grads[i] = Add(grads[i], Mul(mu, Sub(w, w0[i])))
+				}
+			}
 			outs = t.update(params, grads, state, lrt, bc2)
 			outs = append(outs, loss)
 		} else {
@@ -360,17 +394,18 @@ func (t *gomlxEngine) update(params, grads, state []*Node, lrt, bc2 *Node) []*No
 	return append(newP, newS...)
 }
 
-// program returns the training program for a batch size, compiling it on
-// first use.
-func (t *gomlxEngine) program(batch int) (*program, error) {
-	if p, ok := t.programs[batch]; ok {
+// program returns the training program for a batch size, with FedProx's
+// term if prox, compiling it on first use.
+func (t *gomlxEngine) program(batch int, prox bool) (*program, error) {
+	k := trainKey{batch, prox}
+	if p, ok := t.programs[k]; ok {
 		return p, nil
 	}
-	p, err := t.build(batch, true)
+	p, err := t.build(batch, true, prox)
 	if err != nil {
 		return nil, err
 	}
-	t.programs[batch] = p
+	t.programs[k] = p
 	return p, nil
 }
 
@@ -516,7 +551,12 @@ func (t *Trainer) Train(ctx context.Context, weights [][]float32, x []float32, y
 	if len(idx) == 0 {
 		return nil, 0, errors.New("model: no training examples")
 	}
-	return t.run(ctx, weights, x, y, t.m.newPlan(idx, cfg))
+	if !(cfg.ProxMu >= 0) || math.IsInf(cfg.ProxMu, 0) {
+		return nil, 0, fmt.Errorf("model: FedProx mu %v, want a finite value >= 0", cfg.ProxMu)
+	}
+	pl := t.m.newPlan(idx, cfg)
+	pl.mu = cfg.ProxMu
+	return t.run(ctx, weights, x, y, pl)
 }
 
 // plan is local training step by step: the examples of each minibatch and
@@ -528,6 +568,9 @@ type plan struct {
 	// dropout fills the mask of dropout layer l (forward order) for step s:
 	// mask[j*units+u] for example j of the step and unit u, 0 or 1/(1-p).
 	dropout func(s, l int, mask []float32)
+	// mu is FedProx's proximal weight (TrainConfig.ProxMu): each step's
+	// gradient gains mu (w - w0), w0 the weights training starts from.
+	mu float64
 }
 
 // newPlan draws Train's minibatches and dropout masks from cfg.Seed.
@@ -591,7 +634,8 @@ func (t *Trainer) run(ctx context.Context, weights [][]float32, x []float32, y [
 
 // train runs pl on the compiled training graph of its batch size.
 func (t *gomlxEngine) train(ctx context.Context, weights [][]float32, x []float32, y []int32, pl plan) ([][]float32, float64, error) {
-	p, err := t.program(pl.batch)
+	prox := pl.mu != 0
+	p, err := t.program(pl.batch, prox)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -607,6 +651,14 @@ func (t *gomlxEngine) train(ctx context.Context, weights [][]float32, x []float3
 	}
 	live := append(params, state...) // the buffers this call owns
 	defer func() { finalize(live) }()
+	if prox {
+		start, err := t.proxInputs(weights, pl.mu)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer finalize(start)
+		copy(p.in[p.prox:], start)
+	}
 	donate := make([]bool, len(p.in))
 	for i := range len(live) {
 		donate[i] = true
@@ -678,6 +730,22 @@ func (t *gomlxEngine) train(ctx context.Context, weights [][]float32, x []float3
 		examples += len(sel)
 	}
 	return res, lossSum / float64(examples), nil
+}
+
+// proxInputs returns a prox graph's inputs for FedProx with weight mu from
+// the weights w0: mu as a scalar buffer, then w0's buffers. They are not
+// donated, so every step reads them.
+func (t *gomlxEngine) proxInputs(w0 [][]float32, mu float64) ([]compute.Buffer, error) {
+	b, err := t.backend.BufferFromFlatData(0, []float32{float32(mu)}, f32())
+	if err != nil {
+		return nil, err
+	}
+	start, err := t.load(w0)
+	if err != nil {
+		finalize([]compute.Buffer{b})
+		return nil, err
+	}
+	return append([]compute.Buffer{b}, start...), nil
 }
 
 // fillMask sets mask[j] to 0 with probability p and to 1/(1-p) otherwise

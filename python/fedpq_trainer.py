@@ -156,13 +156,15 @@ def connect():
 
 class Settings:
     """A train request's settings: client, round, seed, epochs, batch, optimizer ("sgd" or "adam"), lr,
-    momentum, weight_decay; threads, the torch threads fedpq asks the trainer to use."""
+    momentum, weight_decay, prox_mu (FedProx's mu, 0 for none: optimizer() applies it); threads, the torch
+    threads fedpq asks the trainer to use."""
 
     def __init__(self, h):
         self.client, self.round, self.seed = h.get("client", 0), h.get("round", 0), h.get("seed", 0)
         self.epochs, self.batch = h.get("epochs", 1), h.get("batch", 1)
         self.optimizer, self.lr = h.get("optimizer", "sgd"), h.get("lr", 0.0)
         self.momentum, self.weight_decay = h.get("momentum", 0.0), h.get("weight_decay", 0.0)
+        self.prox_mu = h.get("prox_mu", 0.0)
         self.threads = h.get("threads", 0)
 
     def __repr__(self):
@@ -201,11 +203,38 @@ class Trainer:
 
 def optimizer(model, s):
     """The optimizer the run's settings ask for: SGD (with momentum, weight decay) or Adam, as fedpq's own
-    engine trains."""
+    engine trains. With s.prox_mu > 0 (FedProx) its step() first adds s.prox_mu * (w - w0) to each
+    parameter's gradient, w0 the parameter as it is now (call it before training: the global model):
+    the gradient of (mu/2) ||w - w0||^2 added to the loss, before weight decay, momentum or Adam see it,
+    as fedpq's engine does. A trainer with an optimizer of its own adds that term to its loss instead."""
     import torch
+    params = list(model.parameters())
     if s.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
-    return torch.optim.SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+        opt = torch.optim.Adam(params, lr=s.lr, weight_decay=s.weight_decay)
+    else:
+        opt = torch.optim.SGD(params, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+    if s.prox_mu > 0:
+        start, step = [p.detach().clone() for p in params], opt.step
+
+        def prox():
+            with torch.no_grad():
+                for p, p0 in zip(params, start):
+                    if p.grad is not None:
+                        p.grad.add_(p - p0, alpha=s.prox_mu)
+
+        def prox_step(closure=None):
+            if closure is None:
+                prox()
+                return step()
+
+            def with_prox():  # the step computes the gradient itself: the term comes after
+                loss = closure()
+                prox()
+                return loss
+            return step(with_prox)
+
+        opt.step = prox_step
+    return opt
 
 
 def batches(x, y, s):

@@ -585,7 +585,7 @@ func (c *Client) train(ctx context.Context, t uint32, global [][]float32, deadli
 	train := c.su.Data.Train
 	return c.tr.Train(ctx, global, train.X, train.Y, c.su.Clients[0], model.TrainConfig{
 		Epochs: c.su.Engine.Epochs, Batch: c.su.Engine.Batch, Seed: corr.Derive(c.secret, "local", uint64(t)).Uint64(),
-		Client: c.cfg.ID, Round: int(t),
+		Client: c.cfg.ID, Round: int(t), ProxMu: c.su.Engine.ProxMu,
 	})
 }
 

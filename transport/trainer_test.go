@@ -11,6 +11,7 @@ import (
 
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/extern/externtest"
+	"github.com/fedpq/fedpq/report"
 )
 
 func TestMain(m *testing.M) {
@@ -102,4 +103,48 @@ func TestSlowPrepare(t *testing.T) {
 	if l := cs[1].log.String(); !strings.Contains(l, "joining in a new session") || strings.Contains(l, "no session with the server") {
 		t.Errorf("client 1's log: want it to join in a new session after its slow start:\n%s", l)
 	}
+}
+
+// TestProxDeployed: a deployed client trains with the run's prox_mu,
+// which it reads from the server's configuration: with the fake trainer
+// (whose step shrinks by 1/(1+mu)) the deployed run's test losses are the
+// simulation's, and differ from those of the run without FedProx.
+func TestProxDeployed(t *testing.T) {
+	c := runConfig(t, "none", 3, 2)
+	c.Model, c.Trainer, c.Range, c.ProxMu = experiment.External, externtest.Command(""), "fixed:0,10", 1
+	ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
+	for k := range 3 {
+		join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 3, Trainer: externtest.Command("")})
+	}
+	ts.wait(t)
+	deployed := testLosses(t, c.Dir())
+	simulate := func(mu float64) []float64 {
+		s := c
+		s.ProxMu, s.Out = mu, t.TempDir()
+		if _, err := experiment.Run(context.Background(), s, nil); err != nil {
+			t.Fatal(err)
+		}
+		return testLosses(t, s.Dir())
+	}
+	sim, plain := simulate(1), simulate(0)
+	if fmt.Sprint(deployed) != fmt.Sprint(sim) || fmt.Sprint(sim) == fmt.Sprint(plain) {
+		t.Errorf("test losses: deployed %v, simulated %v, simulated without FedProx %v; want the first two equal, the third different", deployed, sim, plain)
+	}
+}
+
+// testLosses are a run's test losses, round by round.
+func testLosses(t *testing.T, dir string) []float64 {
+	t.Helper()
+	run, err := report.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []float64
+	for _, r := range run.Rounds {
+		if r.Loss == nil {
+			t.Fatalf("round %d has no test loss", r.Round)
+		}
+		out = append(out, *r.Loss)
+	}
+	return out
 }

@@ -20,7 +20,7 @@ var runGroups = []helpGroup{
 	{"Own data (instead of --dataset; docs/data.md)", []string{"data", "test-data", "validation-data", "data-format", "label-column",
 		"categorical-columns", "client-column", "feature-scaling", "image-size", "channels", "classes", "max-examples"}},
 	{"Model and training", []string{"model", "init-weights", "init-weights-sha256", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
-		"perturb", "patience", "eval-every", "engine", "workers", "seed",
+		"prox-mu", "perturb", "patience", "eval-every", "engine", "workers", "seed",
 		"trainer", "trainer-timeout", "trainer-threads"}},
 	{"Server strategy: the range asked for, aggregation, the server's step (docs/training.md)", []string{"range", "weighting", "aggregator",
 		"server-optimizer", "global-lr", "server-beta1", "server-beta2", "server-tau"}},

@@ -65,6 +65,7 @@ var runFlagHelp = [][2]string{
 	{"weight_decay", "L2 weight decay"},
 	{"epochs", "local epochs per round"},
 	{"batch", "local minibatch size"},
+	{"prox_mu", "FedProx: each client's local loss gains (mu/2)||w - global||^2, pulling its model toward the global one (0: off; docs/training.md#fedprox)"},
 	{"mechanism", "privacy/compression mechanism (fedpq mechanisms lists them)"},
 	{"epsilon", "per-parameter privacy budget per round"},
 	{"delta", "gaussian: delta"},

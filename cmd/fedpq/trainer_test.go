@@ -81,3 +81,16 @@ func TestPyTorchTrainer(t *testing.T) {
 		t.Errorf("two trainer processes and one give different rounds:\n%s\n%s", a, b)
 	}
 }
+
+// TestPyTorchProx: the trainer library's optimizer applies FedProx's
+// prox_mu as PyTorch does with the term in the loss, with SGD (momentum,
+// weight decay) and Adam, with and without a closure, and the term
+// matters (extern/testdata/torch_prox.py; skipped without torch).
+func TestPyTorchProx(t *testing.T) {
+	python := torchPython(t)
+	out, err := exec.Command(python, filepath.Join("..", "..", "extern", "testdata", "torch_prox.py")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	t.Logf("\n%s", out)
+}

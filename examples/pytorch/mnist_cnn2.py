@@ -29,7 +29,7 @@ class CNN2(fedpq_trainer.Trainer):
                              nn.Linear(6 * side(h) * side(w), 50), nn.ReLU(), nn.Linear(50, classes))
 
     def train(self, model, x, y, s):
-        opt = fedpq_trainer.optimizer(model, s)  # SGD or Adam, with the run's lr, momentum, weight decay
+        opt = fedpq_trainer.optimizer(model, s)  # SGD or Adam, with the run's lr, momentum, weight decay, FedProx mu
         total = 0.0
         for xb, yb in fedpq_trainer.batches(x, y, s):  # s.epochs epochs of s.batch, shuffled from s.seed
             opt.zero_grad()

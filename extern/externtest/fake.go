@@ -12,9 +12,11 @@
 // features] and b [classes] (the shapes of fedpq's `linear` model), and its
 // evaluation is that model's: the accuracy of argmax(w x + b) and the mean
 // cross-entropy. Its training is not gradient descent but a step the tests
-// can compute (Step): each class's row of w moves by lr*epochs times the
-// mean of that class's examples, b by lr*epochs times the class's share;
-// its loss is the seed mod 1000. extern/testdata/numpy_trainer.py is the
+// can compute (Step): each class's row of w moves by lr*epochs/(1+mu)
+// times the mean of that class's examples, b by lr*epochs/(1+mu) times the
+// class's share (mu the request's FedProx prox_mu, which shrinks the step
+// as a proximal term of weight mu would on a loss of curvature 1); its
+// loss is the seed mod 1000. extern/testdata/numpy_trainer.py is the
 // same trainer in Python, on the adapter's framing.
 package externtest
 
@@ -168,7 +170,7 @@ func (f *fake) train(h frame.Header, arrays map[string][]byte) error {
 	w, b := frame.F32s(arrays["w"]), frame.F32s(arrays["b"])
 	idx := frame.Ints(arrays["indices"])
 	d := f.data[h.Dataset]
-	nw, nb := Step(w, b, d.x, d.y, idx, f.classes, h.LR, h.Epochs)
+	nw, nb := Step(w, b, d.x, d.y, idx, f.classes, h.LR, h.Epochs, h.ProxMu)
 	r := &frame.Header{Type: "trained", Examples: len(idx), Loss: frame.Float(h.Seed % 1000), Seconds: 1e-4, Tensors: []frame.Array{
 		{Name: "w", DType: "float32", Shape: []int{f.classes, f.feat}},
 		{Name: "b", DType: "float32", Shape: []int{f.classes}},
@@ -218,7 +220,7 @@ func Init(classes, feat int, seed uint64) (w, b []float32) {
 
 // Step is the fake's training of w [classes, features] and b on the
 // examples idx of (x, y).
-func Step(w, b []float32, x [][]float32, y []int, idx []int, classes int, lr float64, epochs int) ([]float32, []float32) {
+func Step(w, b []float32, x [][]float32, y []int, idx []int, classes int, lr float64, epochs int, mu float64) ([]float32, []float32) {
 	feat := len(w) / classes
 	sum := make([]float64, len(w))
 	count := make([]float64, classes)
@@ -229,7 +231,7 @@ func Step(w, b []float32, x [][]float32, y []int, idx []int, classes int, lr flo
 			sum[c*feat+j] += float64(v)
 		}
 	}
-	step := lr * float64(epochs) / float64(len(idx))
+	step := lr * float64(epochs) / float64(len(idx)) / (1 + mu)
 	nw, nb := make([]float32, len(w)), make([]float32, len(b))
 	for i := range w {
 		nw[i] = float32(float64(w[i]) + step*sum[i])

@@ -50,7 +50,7 @@ while True:
         for i in idx:
             s[0][y[i]] += x[i]
             s[1][y[i]] += 1
-        step = h["lr"] * h["epochs"] / len(idx)
+        step = h["lr"] * h["epochs"] / len(idx) / (1 + h.get("prox_mu", 0.0))
         w = (tensors["w"].astype(np.float64) + step * s[0]).astype(np.float32)
         b = (tensors["b"].astype(np.float64) + step * s[1]).astype(np.float32)
         reply = {"type": "trained", "examples": len(idx), "loss": ft.number(h.get("seed", 0) % 1000), "seconds": 0.001}

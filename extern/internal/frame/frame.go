@@ -78,6 +78,7 @@ type Header struct {
 	LR          float64 `json:"lr,omitempty"`
 	Momentum    float64 `json:"momentum,omitempty"`
 	WeightDecay float64 `json:"weight_decay,omitempty"`
+	ProxMu      float64 `json:"prox_mu,omitempty"` // FedProx's mu; absent: 0
 
 	// trained, evaluated
 	Examples int     `json:"examples,omitempty"`

@@ -9,7 +9,7 @@ libblas3 alone gives, the float32 products round differently and --check fails o
 It reads the first 256 MNIST training images and writes, next to this script:
 
   mnist256.json.gz  those images (uint8, row-major 28x28, base64) and their labels: the test's data.
-  train.json.gz     one case per (model, optimizer): the settings, each step's batch (indices into
+  train.json.gz     one case per (model, optimizer[, FedProx mu]): the settings, each step's batch (indices into
                     the 256), PyTorch's loss of every step and, after steps 1, 10 and the last, a
                     summary of every tensor (float64 sum and sum of squares, and the values at fixed
                     positions, see summary), and "noise": how far the same run in float64, or in
@@ -50,6 +50,22 @@ CASES = [
     ("ldpfl-cnn", "adam", 0.0001, 0.0, 4, 100, 8),
     ("lenet", "sgd", 0.1, 0.9, 16, 150, 9),
     ("lenet", "adam", 0.001, 0.0, 16, 150, 10),
+]
+# FedProx (Li et al. 2020): the proximal term (mu/2) ||w - w0||^2 added to the loss, w0 the initial
+# weights, at a small mu and at one large enough to hold the weights near w0 (the loss after 150 steps
+# is then 0.9 to 1.3 where it is 0.05 to 0.25 at mu 0.01). Their "prox_mu" key is absent from the
+# other cases (mu 0). Settings as above where the runs stay at float32 scale; cnn2 with SGD at mu 0.5
+# takes lr 0.05: at lr 0.1 its loss oscillates between 1.2 and 2.2 and rounding differences grow
+# tenfold every ten steps (seeds 3, 16, 26 and 36 all part).
+PROX_CASES = [
+    ("mlp", "sgd", 0.05, 0.9, 16, 150, 41, 0.01),
+    ("mlp", "sgd", 0.05, 0.9, 16, 150, 12, 0.5),
+    ("mlp", "adam", 0.002, 0.0, 16, 150, 13, 0.01),
+    ("mlp", "adam", 0.002, 0.0, 16, 150, 14, 0.5),
+    ("cnn2", "sgd", 0.1, 0.5, 16, 150, 25, 0.01),
+    ("cnn2", "sgd", 0.05, 0.5, 16, 150, 16, 0.5),
+    ("cnn2", "adam", 0.003, 0.0, 16, 150, 17, 0.01),
+    ("cnn2", "adam", 0.003, 0.0, 16, 150, 18, 0.5),
 ]
 
 
@@ -150,9 +166,10 @@ def summary(weights):
     return out
 
 
-def train(arch, opt, lr, momentum, batches, X, Y, init, mask_seed, dtype=torch.float32, checkpoints=()):
+def train(arch, opt, lr, momentum, batches, X, Y, init, mask_seed, dtype=torch.float32, checkpoints=(), mu=0.0):
     """Trains from init on batches; returns the losses, the weights after the checkpoint steps and
-    the final weights."""
+    the final weights. With mu > 0 each step's loss gains FedProx's (mu/2) sum ||w - init||^2 (as
+    Flower's and FedML's FedProx add it), and the loss recorded is the cross-entropy alone."""
     model = build(arch).to(dtype)
     with torch.no_grad():
         for p, w in zip(model.parameters(), init):
@@ -162,13 +179,17 @@ def train(arch, opt, lr, momentum, batches, X, Y, init, mask_seed, dtype=torch.f
     else:
         o = torch.optim.Adam(model.parameters(), lr=lr)
     drops = [m for m in model if isinstance(m, MaskDropout)]
+    start = [w.detach().clone().to(dtype) for w in init]
     X, losses, snaps = X.to(dtype), [], {}
     for s, b in enumerate(batches):
         for d in drops:
             d.seed, d.step = mask_seed, s
         o.zero_grad()
         loss = F.cross_entropy(model(X[b]), Y[b])
-        loss.backward()
+        total = loss
+        if mu > 0:
+            total = loss + mu / 2 * sum(((p - p0) ** 2).sum() for p, p0 in zip(model.parameters(), start))
+        total.backward()
         o.step()
         losses.append(loss.item())
         if s + 1 in checkpoints:
@@ -188,7 +209,7 @@ def perturbed(weights, seed):
             for w in weights]
 
 
-def train_case(arch, opt, lr, momentum, batch, steps, seed, X, Y):
+def train_case(arch, opt, lr, momentum, batch, steps, seed, X, Y, mu=0.0):
     """One fixture case. Its noise is, per checkpoint and tensor, the largest deviation from this run
     of the same run in float64 and of PERTURBED float32 runs from perturbed initial weights: how far
     rounding differences carry along this trajectory. A case whose noise ends above CHAOS met a near
@@ -198,22 +219,25 @@ def train_case(arch, opt, lr, momentum, batch, steps, seed, X, Y):
     init = [p.detach().clone() for p in init.parameters()]
     batches = epochs_batches(np.random.default_rng(seed), np.arange(POOL), batch, steps)
     ckpts = sorted({1, 10, steps})
-    runs = [train(arch, opt, lr, momentum, batches, X, Y, init, seed, checkpoints=ckpts) for _ in range(2)]
+    runs = [train(arch, opt, lr, momentum, batches, X, Y, init, seed, checkpoints=ckpts, mu=mu) for _ in range(2)]
     (losses, snaps, _), (losses2, snaps2, _) = runs
     assert losses == losses2 and all(torch.equal(a, b) for c in ckpts for a, b in zip(snaps[c], snaps2[c])), \
         f"{arch} {opt}: two runs differ"
     alts = [train(arch, opt, lr, momentum, batches, X, Y, [w.double() for w in init], seed, dtype=torch.float64,
-                  checkpoints=ckpts)]
-    alts += [train(arch, opt, lr, momentum, batches, X, Y, perturbed(init, 1000 * seed + k), seed, checkpoints=ckpts)
-             for k in range(PERTURBED)]
+                  checkpoints=ckpts, mu=mu)]
+    alts += [train(arch, opt, lr, momentum, batches, X, Y, perturbed(init, 1000 * seed + k), seed, checkpoints=ckpts,
+                   mu=mu) for k in range(PERTURBED)]
     out = []
     for c in ckpts:
         noise = [max(d) for d in zip(*(deviation(snaps[c], s[c]) for _, s, _ in alts))]
         loss_noise = max(abs(a - b) for l, _, _ in alts for a, b in zip(losses[:c], l[:c]))
         out.append({"step": c, "tensors": summary(snaps[c]), "noise": noise, "loss_noise": loss_noise})
     assert max(out[-1]["noise"]) <= CHAOS, f"{arch} {opt}: rounding differences grow to {max(out[-1]['noise']):.1e}"
-    return {"model": arch, "optimizer": opt, "lr": lr, "momentum": momentum, "batch": batch, "seed": seed,
+    case = {"model": arch, "optimizer": opt, "lr": lr, "momentum": momentum, "batch": batch, "seed": seed,
             "batches": batches, "losses": losses, "checkpoints": out}
+    if mu > 0:
+        case["prox_mu"] = mu
+    return case
 
 
 def fedavg_round(X, Y, seed, dtype, clients=4, per_client=40, batch=10, epochs=2, lr=0.1, momentum=0.5,
@@ -279,12 +303,12 @@ def main():
     files = {
         "mnist256.json.gz": {"images": base64.b64encode(images.tobytes()).decode(),
                              "labels": base64.b64encode(labels.tobytes()).decode()},
-        "train.json.gz": [train_case(*c, X, Y) for c in CASES],
+        "train.json.gz": [train_case(*c, X, Y) for c in CASES] + [train_case(*c[:7], X, Y, mu=c[7]) for c in PROX_CASES],
         "fedavg.json.gz": fedavg_case(X, Y),
     }
     for c in files["train.json.gz"]:
         last = c["checkpoints"][-1]
-        print(f"{c['model']:>10} {c['optimizer']:4}: loss {c['losses'][0]:.4f} -> {c['losses'][-1]:.4f}, "
+        print(f"{c['model']:>10} {c['optimizer']:4} mu {c.get('prox_mu', 0):<4}: loss {c['losses'][0]:.4f} -> {c['losses'][-1]:.4f}, "
               f"rounding noise: weights {max(last['noise']):.1e} rms, losses {last['loss_noise']:.1e}")
     fa = files["fedavg.json.gz"]
     print(f"fedavg cnn2: {fa['clipped']} of {fa['entries']} update entries clipped ({fa['clipped64']} in float64), "
