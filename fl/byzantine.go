@@ -219,8 +219,8 @@ func byzantine(secret []byte, n int, fraction float64) []bool {
 	return b
 }
 
-// validateByzantine checks the attack's settings for a run of n clients.
-func (c *Config) validateByzantine(n int) error {
+// ValidateByzantine checks the attack's settings for a run of n clients.
+func (c *Config) ValidateByzantine(n int) error {
 	f := c.ByzantineFraction
 	switch {
 	case !(f >= 0 && f < 0.5):
@@ -259,14 +259,14 @@ func (e *Engine) encode(k int, p *Plan, local [][]float32, slot mech.Slot) ([][]
 // a mechanism that can carry the attack out, and for label-flip the
 // flipped labels.
 func (e *Engine) setByzantine(n int) error {
-	if err := e.cfg.validateByzantine(n); err != nil {
+	if err := e.cfg.ValidateByzantine(n); err != nil {
+		return err
+	}
+	if err := e.cfg.Byzantine.Check(e.m); err != nil {
 		return err
 	}
 	if e.byz = byzantine(e.secret, n, e.cfg.ByzantineFraction); e.byz == nil {
 		return nil
-	}
-	if err := e.cfg.Byzantine.Check(e.m); err != nil {
-		return err
 	}
 	if e.cfg.Byzantine.Kind == LabelFlip {
 		if e.task.Data == nil || e.task.Data.Train == nil {

@@ -78,7 +78,7 @@ func TestByzantineSet(t *testing.T) {
 		{Config{ByzantineFraction: 0.2}, "fl: byzantine fraction 0.2 without an attack: name one (byzantine: sign-flip, scale:S, label-flip, constant or extreme)"},
 		{Config{ByzantineFraction: 0.01, Byzantine: sign}, "fl: byzantine fraction 0.01 of 20 clients rounds to no client: at least 0.025 makes one"},
 	} {
-		if err := c.cfg.validateByzantine(20); err == nil || err.Error() != c.want {
+		if err := c.cfg.ValidateByzantine(20); err == nil || err.Error() != c.want {
 			t.Errorf("%+v: %v, want %s", c.cfg, err, c.want)
 		}
 	}

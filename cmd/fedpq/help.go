@@ -16,7 +16,7 @@ type helpGroup struct {
 
 // The settings of a run, grouped; the server shows them too.
 var runGroups = []helpGroup{
-	{"Data", []string{"dataset", "data-dir", "partition", "clients", "clients-per-round", "dropout", "validation"}},
+	{"Data", []string{"dataset", "data-dir", "partition", "clients", "clients-per-round", "dropout", "byzantine", "byzantine-fraction", "validation"}},
 	{"Own data (instead of --dataset; docs/data.md)", []string{"data", "test-data", "validation-data", "data-format", "label-column",
 		"categorical-columns", "client-column", "feature-scaling", "image-size", "channels", "classes", "max-examples"}},
 	{"Model and training", []string{"model", "init-weights", "init-weights-sha256", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
@@ -51,7 +51,7 @@ var helpGroups = map[string][]helpGroup{
 		{"Data: its own (--data), or a partition of a shared dataset (--partition)", []string{"data", "client", "data-format", "partition", "data-dir"}},
 		{"Several clients in one process (a fleet)", []string{"clients", "block", "block-size", "workers"}},
 		{"Training", []string{"trainer", "trainer-timeout", "trainer-threads"}},
-		{"Testing", []string{"seed"}},
+		{"Testing", []string{"seed", "byzantine"}},
 	},
 }
 

@@ -85,6 +85,8 @@ var runFlagHelp = [][2]string{
 	{"global_lr", "global learning rate lambda"},
 	{"patience", "reload the best global model after this many evaluations without improvement (0: never)"},
 	{"validation", "fraction of the training set the server holds out to select the model for patience (0: use the test set)"},
+	{"byzantine", "attack of the Byzantine clients, within the support: sign-flip, scale:S, label-flip, constant or extreme (empty: none; docs/security.md)"},
+	{"byzantine_fraction", "fraction of the clients that attack with --byzantine, in [0, 0.5): round(fraction x clients) of them, chosen from the seed for the whole run"},
 	{"data", "the clients' own data, instead of a partition of --dataset: a directory of client-K datasets (fedpq split writes one), or a CSV with --client-column (docs/data.md)"},
 	{"test_data", "own data: the evaluation set, all a deployed server reads (default: the entry test of --data)"},
 	{"validation_data", "own data: the set patience selects the model on, and the schema's statistics come from (default: none)"},
