@@ -236,6 +236,18 @@ func (c *Config) ValidateByzantine(n int) error {
 // attacker reports whether client k attacks.
 func (e *Engine) attacker(k int) bool { return e.byz != nil && e.byz[k] }
 
+// refused is err, the server's refusal of client k's upload, as the
+// simulation takes it: an attacker whose message left the support (scale:S
+// under none, which does not clip, beyond its 1000 r) is refused and the
+// round goes on without it, counted as dropped, as a deployed server does;
+// any other refusal is a bug, and stops the run.
+func (e *Engine) refused(k int, err error) error {
+	if e.attacker(k) {
+		return nil
+	}
+	return err
+}
+
 // labels is the labels client k trains on: the dataset's, or a
 // label-flip attacker's flipped copy.
 func (e *Engine) labels(k int) []int32 {

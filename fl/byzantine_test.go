@@ -355,3 +355,20 @@ func TestLabelFlip(t *testing.T) {
 		t.Errorf("label out of range: %v", err)
 	}
 }
+
+// TestAttackerRefused: an attacker whose message leaves the support (none
+// does not clip: scale:1e6 sends updates far beyond its 1000 r) is refused
+// by the server and the round goes on without it, counted as dropped.
+func TestAttackerRefused(t *testing.T) {
+	task := fakeTask(10, 8, func(int) int { return 2 })
+	cfg := baseConfig()
+	cfg.Perturb, cfg.Rounds = "updates", 2
+	cfg.Range = RangeRule{Kind: "fixed", Center: 0, Radius: 0.01} // accepts up to 10; honest updates are below 1
+	cfg.Byzantine, cfg.ByzantineFraction = Attack{Kind: ScaleBy, Scale: 1e6}, 0.2
+	_, rounds := run(t, cfg, task)
+	for _, r := range rounds {
+		if r.Clients != 8 || r.Dropped != 2 {
+			t.Errorf("round %d: %d uploads, %d dropped; want 8 and 2", r.Round, r.Clients, r.Dropped)
+		}
+	}
+}

@@ -366,6 +366,7 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 			}
 			if u.err == nil {
 				u.err = p.Add(u.pos, u.Upload)
+				u.err = e.refused(sel[u.pos], u.err)
 			}
 			if u.err != nil {
 				firstErr = fmt.Errorf("client %d: %w", sel[u.pos], u.err)
