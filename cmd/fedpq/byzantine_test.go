@@ -24,4 +24,9 @@ func TestByzantineFlags(t *testing.T) {
 			t.Errorf("fedpq %s: exit %d: %s\nwant %s", strings.Join(c.args, " "), code, stderr, c.want)
 		}
 	}
+	// A run under attack says so.
+	code, stdout, stderr := runCLI("run", "--rounds", "1", "--clients", "10", "--byzantine", "label-flip", "--byzantine-fraction", "0.2", "--out", t.TempDir(), "--quiet")
+	if want := "  Byzantine: 2 of 10 clients attack (label-flip; docs/security.md)\n"; code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("exit %d, stdout lacks %q:\n%s%s", code, want, stdout, stderr)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -179,6 +180,9 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 		return enc.Encode(s)
 	}
 	fmt.Fprintf(stdout, "%s: %s on %s, %s, %d rounds\n", s.Name, s.Mechanism, s.Dataset, s.Model, s.Rounds)
+	if c.Byzantine != "" && c.ByzantineFraction > 0 {
+		fmt.Fprintf(stdout, "  Byzantine: %.0f of %d clients attack (%s; docs/security.md)\n", math.Round(c.ByzantineFraction*float64(c.Clients)), c.Clients, c.Byzantine)
+	}
 	if in := s.Initial; in != nil {
 		fmt.Fprintf(stdout, "  started from %s (sha256 %.16s): accuracy %.4f before round 1\n", in.File, in.SHA256, in.Accuracy)
 	}
