@@ -6,7 +6,7 @@
 # rounds; no attack, then 10% and 20% of the clients attacking, for none
 # and ldpq at eps 1, over seeds 1 to $SEEDS (default 3). It prints one
 # markdown row per case: the final test accuracy of each seed, and their
-# mean with its standard error.
+# mean with its standard error (over the seeds whose run did not stop).
 #   scripts/byzantine-demo.sh            # about 10 minutes on 2 cores
 #   SEEDS=1 scripts/byzantine-demo.sh    # one seed
 # MNIST is read from $FEDPQ_DATA (default ../shared/datasets).
@@ -27,20 +27,26 @@ for m in none ldpq; do
     accs=()
     for seed in $(seq 1 "$seeds"); do
       out=$tmp/$m-${attack:-honest}-$fraction-$seed
-      acc=$(nice -n 10 "$tmp/fedpq" run --dataset mnist --data-dir "$data" --partition iid --clients 20 --rounds 5 \
+      # A run that stops (a model driven to diverge: an honest client's
+      # update beyond none's support) counts as "stopped", with why.
+      if nice -n 10 "$tmp/fedpq" run --dataset mnist --data-dir "$data" --partition iid --clients 20 --rounds 5 \
         --model mlp --optimizer sgd --epochs 1 --batch 10 --lr 0.1 --momentum 0.5 \
         --mechanism "$m" --epsilon 1 --range fixed:0,0.05 --perturb updates --weighting mean \
         --byzantine "$attack" --byzantine-fraction "$fraction" --seed "$seed" \
-        --name "$(basename "$out")" --out "$out" --quiet --format json |
-        /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["final_accuracy"])')
-      accs+=("$acc")
+        --name "$(basename "$out")" --out "$out" --quiet --format json >"$out.json" 2>"$out.err"; then
+        accs+=("$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["final_accuracy"])' "$out.json")")
+      else
+        accs+=("stopped ($(tail -1 "$out.err" | sed 's/^fedpq run: //'))")
+      fi
     done
     /usr/bin/python3 - "$m" "${attack:-none}" "$fraction" "${accs[@]}" <<'PY'
 import statistics, sys
 m, attack, fraction, *accs = sys.argv[1:]
-a = [float(x) for x in accs]
+a = [float(x) for x in accs if not x.startswith("stopped")]
+cells = [f"{float(x):.4f}" if not x.startswith("stopped") else x for x in accs]
 se = statistics.stdev(a) / len(a) ** 0.5 if len(a) > 1 else float("nan")
-print(f"| {m} | {attack} | {round(float(fraction) * 20)} of 20 | {', '.join(f'{x:.4f}' for x in a)} | {statistics.mean(a):.4f} ± {se:.4f} |")
+mean = f"{statistics.mean(a):.4f} ± {se:.4f}" if a else "-"
+print(f"| {m} | {attack} | {round(float(fraction) * 20)} of 20 | {', '.join(cells)} | {mean} |")
 PY
   done
 done
