@@ -22,7 +22,8 @@ import (
 //   - sign-flip: the update (trained minus global) is negated, then
 //     encoded as an honest client's would be (randomization included);
 //   - scale:S: the update is multiplied by S, then encoded honestly (at
-//     S = 100, clipping puts most of it at the range's edge);
+//     S = 100, clipping puts most of it at the range's edge; none does not
+//     clip, and the server refuses a value beyond its support);
 //   - label-flip: the client trains on the labels C-1-y (C classes), then
 //     encodes honestly;
 //   - constant: every round the same input, the upper edge c + r of each
