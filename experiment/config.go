@@ -105,6 +105,14 @@ type Config struct {
 	// looks at the test set.
 	Validation float64 `yaml:"validation"`
 
+	// Byzantine is the attack of the simulation's Byzantine clients
+	// (fl.ParseAttack: sign-flip, scale:S, label-flip, constant or
+	// extreme; "": none), and ByzantineFraction the fraction of the
+	// clients that attack, chosen from the seed for the whole run
+	// (docs/security.md#poisoning-within-the-support).
+	Byzantine         string  `yaml:"byzantine,omitempty"`
+	ByzantineFraction float64 `yaml:"byzantine_fraction,omitempty"`
+
 	LedgerDelta float64 `yaml:"ledger_delta"` // delta of the privacy ledger's composed bounds
 
 	// Own data (data.go, docs/data.md): where the clients' and the
@@ -220,7 +228,8 @@ func (c Config) Dir() string {
 // Validate checks every setting that can be checked without loading data:
 // a bad configuration fails before a long run starts, not in its middle.
 func (c Config) Validate() error {
-	if _, err := c.engineConfig(); err != nil {
+	ec, err := c.engineConfig()
+	if err != nil {
 		return err
 	}
 	if _, err := c.optimizer(); err != nil {
@@ -250,7 +259,11 @@ func (c Config) Validate() error {
 	if e := model.Engine(c.Engine); e != model.Native && e != model.GoMLX {
 		return fmt.Errorf("engine %q: want %s or %s", c.Engine, model.Native, model.GoMLX)
 	}
-	if _, err := mech.New(c.Mechanism, c.mechConfig()); err != nil {
+	m, err := mech.New(c.Mechanism, c.mechConfig())
+	if err != nil {
+		return err
+	}
+	if err := ec.Byzantine.Check(m); err != nil {
 		return err
 	}
 	if !(c.Validation >= 0 && c.Validation < 1) {
@@ -265,6 +278,9 @@ func (c Config) Validate() error {
 	if c.Clients < 1 || c.Rounds < 1 || c.Epochs < 1 || c.Batch < 1 || c.EvalEvery < 1 {
 		return fmt.Errorf("clients (%d), rounds (%d), epochs (%d), batch (%d) and eval_every (%d) must be at least 1",
 			c.Clients, c.Rounds, c.Epochs, c.Batch, c.EvalEvery)
+	}
+	if c.Data == "" { // own data: the number of clients is known once it is read
+		return ec.ValidateByzantine(c.Clients)
 	}
 	return nil
 }
@@ -323,6 +339,10 @@ func (c Config) engineConfig() (fl.Config, error) {
 	if err != nil {
 		return fl.Config{}, err
 	}
+	attack, err := fl.ParseAttack(c.Byzantine)
+	if err != nil {
+		return fl.Config{}, err
+	}
 	return fl.Config{
 		Rounds: c.Rounds, ClientsPerRound: c.ClientsPerRound, Dropout: c.Dropout,
 		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer,
@@ -331,6 +351,7 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch, ProxMu: c.ProxMu,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
 		Shuffle: c.Shuffle, MaxExamples: c.MaxExamples,
+		Byzantine: attack, ByzantineFraction: c.ByzantineFraction,
 	}, nil
 }
 

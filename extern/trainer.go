@@ -33,11 +33,14 @@ type Trainer struct {
 	stats    Stats
 }
 
-// dataKey identifies a dataset by its examples' backing array: fedpq's
-// datasets are never modified once loaded.
+// dataKey identifies a dataset by its examples' and labels' backing
+// arrays: fedpq's datasets are never modified once loaded, but the same
+// examples may come with other labels (a label-flip attacker's copy, fl's
+// FlipLabels), which are then another dataset.
 type dataKey struct {
 	x *float32
 	n int
+	y *int32
 }
 
 // sent is what the process holds of one dataset.
@@ -333,7 +336,7 @@ func (t *Trainer) send(ctx context.Context, x []float32, y []int32, idx []int) (
 	if n > math.MaxInt32 {
 		return "", fmt.Errorf("trainer: %d examples, more than the protocol's int32 indices", n)
 	}
-	key := dataKey{unsafe.SliceData(x), len(x)}
+	key := dataKey{unsafe.SliceData(x), len(x), unsafe.SliceData(y)}
 	ds := t.datasets[key]
 	if ds == nil {
 		ds = &sent{id: fmt.Sprintf("d%d", t.nextData), have: make([]bool, n)}

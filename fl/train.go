@@ -79,6 +79,11 @@ type Config struct {
 	// fixed-width report per parameter that decodes on its own, and equal
 	// weights.
 	Shuffle bool
+	// Byzantine is the attack of the ByzantineFraction of the clients
+	// (rounded to a whole number of clients, chosen from the run's secret
+	// and fixed for the run); the zero Attack and 0 are an honest run.
+	Byzantine         Attack
+	ByzantineFraction float64
 }
 
 // Model is what the engine needs of an architecture; *model.Model is one.
@@ -180,6 +185,8 @@ type Engine struct {
 	minSum, minAlone int
 	start            time.Time
 	before           time.Duration // wall time of the run before it was restored
+	byz              []bool        // the clients that attack (byzantine.go); nil: none
+	flipped          []int32       // label-flip: the training labels, flipped
 }
 
 // elapsed is the run's wall time so far, across restarts.
@@ -250,6 +257,9 @@ func New(cfg Config, task Task) (*Engine, error) {
 		}
 	}
 	if err := checkInit(e.specs, e.global); err != nil {
+		return nil, err
+	}
+	if err := e.setByzantine(n); err != nil {
 		return nil, err
 	}
 	for _, s := range e.specs {
@@ -383,6 +393,7 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 			}
 			if u.err == nil {
 				u.err = p.Add(u.pos, u.Upload)
+				u.err = e.refused(sel[u.pos], u.err)
 			}
 			if u.err != nil {
 				firstErr = fmt.Errorf("client %d: %w", sel[u.pos], u.err)
@@ -437,7 +448,7 @@ func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) uploa
 	k := p.Clients[pos]
 	u := upload{pos: pos, Upload: Upload{Examples: e.examples[k]}}
 	train := e.task.Data.Train
-	local, loss, err := tr.Train(ctx, p.Global, train.X, train.Y, e.task.Clients[k],
+	local, loss, err := tr.Train(ctx, p.Global, train.X, e.labels(k), e.task.Clients[k],
 		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k), Client: k, Round: p.T, ProxMu: e.cfg.ProxMu})
 	if err != nil {
 		u.err = err
@@ -449,7 +460,7 @@ func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) uploa
 		u.err = err
 		return u
 	}
-	u.Payloads, u.err = Encode(e.m, e.cfg.Perturb, p.Global, local, p.Ranges, slot)
+	u.Payloads, u.err = e.encode(k, p, local, slot)
 	return u
 }
 

@@ -69,6 +69,10 @@ type ClientConfig struct {
 	// Metrics, if not nil, counts what the client does, for Prometheus;
 	// the clients of one process share it.
 	Metrics *ClientMetrics
+	// Byzantine, if not the zero Attack, makes the client attack within
+	// the support (fl.Attack): for tests and red-teaming. The server is not
+	// told; its messages are ones an honest client could send.
+	Byzantine fl.Attack
 
 	Log *log.Logger
 }
@@ -85,6 +89,7 @@ type Client struct {
 	su        *experiment.Setup
 	m         mech.Mechanism
 	tr        fl.Trainer
+	labels    []int32 // what it trains on: its data's labels, or a label-flip attacker's flipped copy
 	specs     []model.TensorSpec
 	params    int
 	policy    ClientPolicy
@@ -372,11 +377,18 @@ func (c *Client) prepare(y string) error {
 		return &setupError{err}
 	}
 	m, err := mech.New(su.Engine.Mechanism, su.Engine.Mech)
+	if err == nil {
+		err = c.cfg.Byzantine.Check(m)
+	}
+	labels := su.Data.Train.Y
+	if err == nil && c.cfg.Byzantine.Kind == fl.LabelFlip {
+		labels, err = fl.FlipLabels(labels, su.Data.Train.Classes)
+	}
 	if err != nil {
 		su.Close()
 		return &setupError{err}
 	}
-	c.yaml, c.su, c.m, c.tr, c.specs = y, su, m, tr, su.Arch().Tensors()
+	c.yaml, c.su, c.m, c.tr, c.labels, c.specs = y, su, m, tr, labels, su.Arch().Tensors()
 	c.params = numParams(c.specs)
 	c.cfg.Clients = cfg.Clients
 	from := fmt.Sprintf("%s, partition %d/%d", cfg.Dataset, c.cfg.ID, c.cfg.Clients)
@@ -388,6 +400,9 @@ func (c *Client) prepare(y string) error {
 		trainer = fmt.Sprintf("trainer %q (%s, %d tensors)", cfg.Trainer, su.Pool.Name(), len(c.specs))
 	}
 	c.routine("%s: %d examples; model %s trained by %s, mechanism %s", from, len(su.Clients[0]), cfg.Model, trainer, cfg.Mechanism)
+	if c.cfg.Byzantine.Kind != "" {
+		c.log.Printf("attacking as a Byzantine client: %v (the server is not told)", c.cfg.Byzantine)
+	}
 	return nil
 }
 
@@ -535,7 +550,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	var payloads [][]byte
 	c.busy(func() {
 		start := time.Now()
-		payloads, err = fl.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot)
+		payloads, err = c.cfg.Byzantine.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot, corr.Derive(c.secret, "byzantine-constant"))
 		c.cfg.Metrics.encoded(time.Since(start))
 	})
 	if err != nil {
@@ -583,7 +598,7 @@ func (c *Client) train(ctx context.Context, t uint32, global [][]float32, deadli
 		defer cancel()
 	}
 	train := c.su.Data.Train
-	return c.tr.Train(ctx, global, train.X, train.Y, c.su.Clients[0], model.TrainConfig{
+	return c.tr.Train(ctx, global, train.X, c.labels, c.su.Clients[0], model.TrainConfig{
 		Epochs: c.su.Engine.Epochs, Batch: c.su.Engine.Batch, Seed: corr.Derive(c.secret, "local", uint64(t)).Uint64(),
 		Client: c.cfg.ID, Round: int(t), ProxMu: c.su.Engine.ProxMu,
 	})

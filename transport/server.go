@@ -113,6 +113,9 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	if c.Dropout != 0 {
 		return nil, errors.New("dropout is simulated only: a server's clients drop out for real")
 	}
+	if c.Byzantine != "" || c.ByzantineFraction != 0 {
+		return nil, errors.New("byzantine is simulated only: in a deployment a client attacks by itself (fedpq client --byzantine), unknown to the server")
+	}
 	if cfg.Token == "" && cfg.Roster == nil {
 		return nil, errors.New("a server needs a join token or a roster, so that only enrolled clients take part")
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/transport"
 )
 
@@ -284,6 +285,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	useTLS := fs.Bool("tls", false, "use TLS with the system's CAs")
 	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against, where --server dials another (an address, a port-forward); default: the host of --server")
 	seed := fs.String("seed", "", "seed the client's randomness (tests only: a deployment draws it from the system)")
+	byzantine := fs.String("byzantine", "", "attack as a Byzantine client, within the support, for tests and red-teaming: sign-flip, scale:S, label-flip, constant or extreme (docs/security.md); every client of the process attacks, and the server is not told")
 	retry := fs.Duration("retry-for", 5*time.Minute, "how long to keep reconnecting to a lost server")
 	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state (client-K.state with --data) beside the default key. With several clients: the directory of their state files")
 	policyPath := fs.String("policy", "", "YAML file of the client's policy: require_secure_aggregation, corrupt, min_clients (the flags win)")
@@ -318,6 +320,10 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return badValue{err}
 		}
 	}
+	attack, err := fl.ParseAttack(*byzantine)
+	if err != nil {
+		return badValue{err}
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	policy, err := clientPolicy(*policyPath, set, *require, *corrupt, *minClients)
@@ -331,6 +337,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg := transport.ClientConfig{
 		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Data: *own, DataFormat: *ownFormat, Token: *token, RetryFor: *retry, Log: logger,
 		Policy: policy, State: *statePath, Trainer: *trainer, TrainerTimeout: *trainerTimeout, TrainerThreads: *trainerThreads,
+		Byzantine: attack,
 	}
 	if err := clientCreds(&cfg, *ca, *useTLS, *serverName); err != nil {
 		return err

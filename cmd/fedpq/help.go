@@ -24,6 +24,7 @@ var runGroups = []helpGroup{
 		"trainer", "trainer-timeout", "trainer-threads"}},
 	{"Server strategy: the range asked for, aggregation, the server's step (docs/training.md)", []string{"range", "weighting", "aggregator",
 		"server-optimizer", "global-lr", "server-beta1", "server-beta2", "server-tau"}},
+	{"Byzantine clients, to measure robustness (docs/security.md)", []string{"byzantine", "byzantine-fraction"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "transfer"}},
 	{"Hiding the messages from the server", []string{"secure-aggregation", "shuffle"}},
@@ -53,7 +54,7 @@ var helpGroups = map[string][]helpGroup{
 		{"Data: its own (--data), or a partition of a shared dataset (--partition)", []string{"data", "client", "data-format", "partition", "data-dir"}},
 		{"Several clients in one process (a fleet)", []string{"clients", "block", "block-size", "workers"}},
 		{"Training", []string{"trainer", "trainer-timeout", "trainer-threads"}},
-		{"Testing", []string{"seed"}},
+		{"Testing", []string{"seed", "byzantine"}},
 	},
 }
 

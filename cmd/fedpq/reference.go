@@ -42,7 +42,7 @@ Every flag of every command, generated from the flags themselves by
 file is out of date). The flags of ` + "`fedpq run`" + ` marked with a YAML key are the run's
 configuration: the same key in a ` + "`--config`" + ` file (underscores for dashes), which the flag
 overrides; ` + "`fedpq server`" + ` takes the same keys, but for those of the simulation alone
-(` + "`dropout`, `shuffle`, `data`, `client_column`, `workers`" + `), which it has no flag for. "Read by" names the mechanisms a
+(` + "`dropout`, `shuffle`, `data`, `client_column`, `workers`, `byzantine`, `byzantine_fraction`" + `), which it has no flag for. "Read by" names the mechanisms a
 setting is for; the others read it whatever the mechanism. Two keys have no flag:
 ` + "`model_spec`" + `, a network of one's own written in the YAML file (a spec:
 [models.md](models.md#specs)); a run given ` + "`--model NET.yaml`" + ` records the file's spec there in

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -91,6 +92,8 @@ var runFlagHelp = [][2]string{
 	{"server_tau", "fedadam, fedyogi, fedadagrad: adaptivity tau"},
 	{"patience", "reload the best global model after this many evaluations without improvement (0: never)"},
 	{"validation", "fraction of the training set the server holds out to select the model for patience (0: use the test set)"},
+	{"byzantine", "attack of the Byzantine clients, within the support: sign-flip, scale:S, label-flip, constant or extreme (empty: none; docs/security.md)"},
+	{"byzantine_fraction", "fraction of the clients that attack with --byzantine, in [0, 0.5): round(fraction x clients) of them, chosen from the seed for the whole run"},
 	{"data", "the clients' own data, instead of a partition of --dataset: a directory of client-K datasets (fedpq split writes one), or a CSV with --client-column (docs/data.md)"},
 	{"test_data", "own data: the evaluation set, all a deployed server reads (default: the entry test of --data)"},
 	{"validation_data", "own data: the set patience selects the model on, and the schema's statistics come from (default: none)"},
@@ -183,6 +186,9 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 		return enc.Encode(s)
 	}
 	fmt.Fprintf(stdout, "%s: %s on %s, %s, %d rounds\n", s.Name, s.Mechanism, s.Dataset, s.Model, s.Rounds)
+	if c.Byzantine != "" && c.ByzantineFraction > 0 {
+		fmt.Fprintf(stdout, "  Byzantine: %.0f of %d clients attack (%s; docs/security.md)\n", math.Round(c.ByzantineFraction*float64(c.Clients)), c.Clients, c.Byzantine)
+	}
 	if in := s.Initial; in != nil {
 		fmt.Fprintf(stdout, "  started from %s (sha256 %.16s): accuracy %.4f before round 1\n", in.File, in.SHA256, in.Accuracy)
 	}
