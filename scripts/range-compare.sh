@@ -3,13 +3,14 @@
 # (20% of the training set held out for validation), corbin-cnn, local SGD
 # (lr 0.1, momentum 0.5, batch 64, one epoch), corbin (d = 5) on clipped
 # updates, global learning rate 1, patience 5. One run per EPS:RANGE
-# argument, one after the other, each in OUT/eps-EPS-RANGE; then the table.
+# argument, one after the other, each in OUT/eps-EPS-RANGE-seed-SEED (its
+# stderr in the same name .log), then a Markdown table of every run asked for.
 #
 #   ROUNDS=5 SEED=1 OUT=runs/range FEDPQ=fedpq nice -n 10 scripts/range-compare.sh \
 #       0.1:minmax 0.1:fixed:0,0.05 0.1:adaptive
 #
-# corbin-cnn (225,034 parameters) takes about 90 s a round on the project's
-# 2 shared cores: 9 runs of 5 rounds take about 70 minutes.
+# corbin-cnn (225,034 parameters) takes 90 to 180 s a round on the project's
+# 2 shared cores. A run whose directory has a summary.json is not run again.
 set -u
 fedpq=${FEDPQ:-fedpq}
 out=${OUT:-runs/range}
@@ -31,5 +32,23 @@ for arg in "$@"; do
 		--model corbin-cnn --optimizer sgd --lr 0.1 --momentum 0.5 --epochs 1 --batch 64 \
 		--mechanism corbin --shared-bits 5 --epsilon "$eps" --perturb updates --range "$rng" \
 		--global-lr 1 --validation 0.2 --patience 5 --rounds "$rounds" --seed "$seed" \
-		--out "$dir" || echo "== $dir: fedpq run failed ($?)"
+		--out "$dir" 2> >(tee "$dir.log" >&2) || echo "== $dir: fedpq run failed"
 done
+python3 - "${dirs[@]}" <<'PY'
+import json, os, re, sys
+print("| eps | range | seed | rounds run | final accuracy | best accuracy | radius range, last round | diverged |")
+print("|---:|---|---:|---:|---:|---:|---|---|")
+for d in sys.argv[1:]:
+    cfg = open(os.path.join(d, "config.yaml")).read()
+    get = lambda k: re.search(r"^%s: (.*)$" % k, cfg, re.M).group(1).strip('"')
+    rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+    accs = [(r["accuracy"], r["round"]) for r in rows if "accuracy" in r]
+    best = max(accs)
+    radii = rows[-1].get("range_radius") or []
+    spread = "%.3g to %.3g" % (min(radii), max(radii)) if radii else "-"
+    log = open(d + ".log").read() if os.path.exists(d + ".log") else ""
+    m = re.search(r"round (\d+): .*diverged", log)
+    div = "after round %d: NaN" % (int(m.group(1)) - 1) if m else "no"
+    print("| %s | `%s` | %s | %d | %.4f | %.4f (round %d) | %s | %s |" % (
+        get("epsilon"), get("range"), get("seed"), len(rows), accs[-1][0], best[0], best[1], spread, div))
+PY
