@@ -21,7 +21,8 @@ func MeanVariance(m Mechanism, w float64, rg Range, n, alone int) (float64, erro
 	if !ok {
 		return 0, fmt.Errorf("mech: %s has no closed-form variance", m.Name())
 	}
-	total := float64(n) * v.Variance(w, rg)
+	lone := v.Variance(w, rg)
+	total := float64(n) * lone
 	switch m.Coupling() {
 	case Grouped:
 		return 0, fmt.Errorf("mech: %s couples the whole group; it has no variance of a mean of independent uploads", m.Name())
@@ -33,7 +34,7 @@ func MeanVariance(m Mechanism, w float64, rg Range, n, alone int) (float64, erro
 		if (n-alone)%2 != 0 {
 			return 0, fmt.Errorf("mech: %d uploads with %d alone leave half a pair", n, alone)
 		}
-		total = float64(alone)*v.Variance(w, rg) + float64((n-alone)/2)*pv.PairVariance(w, w, rg)
+		total = float64(alone)*lone + float64((n-alone)/2)*pv.PairVariance(w, w, rg)
 	}
 	return total / float64(n) / float64(n), nil
 }
