@@ -36,8 +36,8 @@ for arg in "$@"; do
 done
 python3 - "${dirs[@]}" <<'PY'
 import json, os, re, sys
-print("| eps | range | seed | rounds run | final accuracy | best accuracy | radius range, last round | diverged |")
-print("|---:|---|---:|---:|---:|---:|---|---|")
+print("| eps | range | seed | rounds | test accuracy by round | best | radii, last round | diverged |")
+print("|---:|---|---:|---:|---|---:|---|---|")
 for d in sys.argv[1:]:
     cfg = open(os.path.join(d, "config.yaml")).read()
     get = lambda k: re.search(r"^%s: (.*)$" % k, cfg, re.M).group(1).strip('"')
@@ -49,6 +49,7 @@ for d in sys.argv[1:]:
     log = open(d + ".log").read() if os.path.exists(d + ".log") else ""
     m = re.search(r"round (\d+): .*diverged", log)
     div = "after round %d: NaN" % (int(m.group(1)) - 1) if m else "no"
-    print("| %s | `%s` | %s | %d | %.4f | %.4f (round %d) | %s | %s |" % (
-        get("epsilon"), get("range"), get("seed"), len(rows), accs[-1][0], best[0], best[1], spread, div))
+    by = " ".join("%.3f" % a for a, _ in accs)
+    print("| %s | `%s` | %s | %d | %s | %.4f (round %d) | %s | %s |" % (
+        get("epsilon"), get("range"), get("seed"), len(rows), by, best[0], best[1], spread, div))
 PY
