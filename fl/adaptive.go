@@ -80,8 +80,9 @@ const evidence = 2
 //
 // The adaptive range (range: adaptive:R0,K,G) clips updates to ±r per
 // tensor, with r chosen from what the server already sees, so that it
-// spends no privacy: it is post-processing of the decoded means, which every
-// observer of the ledger (the server included) already holds.
+// spends no privacy: r is a function of the decoded means, which are
+// functions of the clients' messages, each already charged in the ledger;
+// post-processing keeps every client's guarantee, whoever sees the radius.
 //
 // Round 1 uses r = R0. After each round whose estimate was applied, a
 // tensor's target is K times the denoised RMS of its estimate,
