@@ -36,7 +36,7 @@ for arg in "$@"; do
 done
 python3 - "${dirs[@]}" <<'PY'
 import json, os, re, sys
-print("| eps | range | seed | rounds | test accuracy by round | best | radii, last round | diverged |")
+print("| eps | range | seed | rounds | test accuracy by round | best | radii, last round | stopped by NaN |")
 print("|---:|---|---:|---:|---|---:|---|---|")
 for d in sys.argv[1:]:
     cfg = open(os.path.join(d, "config.yaml")).read()
@@ -48,7 +48,7 @@ for d in sys.argv[1:]:
     spread = "%.3g to %.3g" % (min(radii), max(radii)) if radii else "-"
     log = open(d + ".log").read() if os.path.exists(d + ".log") else ""
     m = re.search(r"round (\d+): .*diverged", log)
-    div = "after round %d: NaN" % (int(m.group(1)) - 1) if m else "no"
+    div = "in round %d" % int(m.group(1)) if m else "no"
     by = " ".join("%.3f" % a for a, _ in accs)
     print("| %s | `%s` | %s | %d | %s | %.4f (round %d) | %s | %s |" % (
         get("epsilon"), get("range"), get("seed"), len(rows), by, best[0], best[1], spread, div))
