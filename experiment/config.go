@@ -84,7 +84,7 @@ type Config struct {
 	// (LDP-FL's split and shuffle).
 	Shuffle bool `yaml:"shuffle"`
 
-	Range     string  `yaml:"range"`     // minmax[:S], fixed:C,R or quantile:Q[,S]
+	Range     string  `yaml:"range"`     // minmax[:S], fixed:C,R, quantile:Q[,S] or adaptive[:R0[,K[,G]]]
 	Perturb   string  `yaml:"perturb"`   // weights or updates
 	Weighting string  `yaml:"weighting"` // examples or mean
 	GlobalLR  float64 `yaml:"global_lr"`

@@ -149,6 +149,18 @@ func (p *Plan) AddMasked(pos int, masked []byte, loss float64) error {
 	return nil
 }
 
+// alone is the number of uploads added whose sender has no partner, or
+// whose partner's upload is not in the sum.
+func (p *Plan) alone() int {
+	n := 0
+	for pos, ok := range p.got {
+		if j := p.Round.Partner(pos); ok && (j < 0 || !p.got[j]) {
+			n++
+		}
+	}
+	return n
+}
+
 // Received is the number of uploads added.
 func (p *Plan) Received() int { return p.agg.count() }
 
@@ -160,6 +172,9 @@ func (p *Plan) Received() int { return p.agg.count() }
 func (e *Engine) End(p *Plan) (report.Round, error) {
 	received := p.agg.count()
 	r := report.Round{Round: p.T, Clients: received, Dropped: len(p.Clients) - received}
+	for _, rg := range p.Ranges {
+		r.RangeRadius = append(r.RangeRadius, rg.Radius)
+	}
 	if received > 0 {
 		est, err := p.agg.mean()
 		_, secured := p.agg.(*secure)
@@ -177,6 +192,10 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		default:
 			if err := e.update(est); err != nil {
 				r.Discarded = err.Error()
+			} else if e.radii != nil {
+				if err := e.adapt(est, p.Ranges, received, p.alone()); err != nil {
+					return r, err
+				}
 			}
 		}
 		bits := e.bits()
@@ -188,12 +207,7 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		r.UplinkBitsPerParam = float64(bits) / float64(e.params)
 	}
 	if received > 0 {
-		alone := 0
-		for pos, ok := range p.got {
-			if j := p.Round.Partner(pos); ok && (j < 0 || !p.got[j]) {
-				alone++
-			}
-		}
+		alone := p.alone()
 		if e.minSum == 0 || received < e.minSum {
 			e.minSum = received
 		}

@@ -18,19 +18,22 @@ type RangeRule struct {
 	// or in updates mode the last estimated update, the weights in round 1), "fixed" (Center and
 	// Radius for every tensor, as LDP-FL's paper does: (0, 0.075) on MNIST)
 	// or "quantile" (c the median of the reference, r the Quantile of
-	// |reference - c|).
+	// |reference - c|), or "adaptive" (updates only: c = 0 and each
+	// tensor's r follows the denoised spread of the last estimated update,
+	// within bounds: adaptive.go).
 	Kind           string
-	Center, Radius float64 // fixed
+	Center, Radius float64 // fixed; adaptive: Radius is the first round's
 	Quantile       float64
-	Scale          float64 // the radius of minmax and quantile is multiplied by this
+	Scale          float64 // the radius of minmax and quantile is multiplied by this; adaptive: K, the multiple of the spread
+	Growth         float64 // adaptive: the most the radius may grow, or shrink, in one round
 }
 
 // minRadius keeps a tensor whose reference is constant (biases start at
 // zero) encodable.
 const minRadius = 1e-3
 
-// ParseRange reads minmax, minmax:SCALE, fixed:C,R, quantile:Q or
-// quantile:Q,SCALE.
+// ParseRange reads minmax, minmax:SCALE, fixed:C,R, quantile:Q,
+// quantile:Q,SCALE, or adaptive[:R0[,K[,G]]] (defaults 0.05, 3 and 1.5).
 func ParseRange(s string) (RangeRule, error) {
 	kind, args, _ := strings.Cut(s, ":")
 	var nums []float64
@@ -56,8 +59,14 @@ func ParseRange(s string) (RangeRule, error) {
 		if len(nums) == 2 {
 			r.Scale = nums[1]
 		}
+	case kind == "adaptive" && len(nums) <= 3:
+		r.Radius, r.Scale, r.Growth = adaptiveDefaults[0], adaptiveDefaults[1], adaptiveDefaults[2]
+		given := []*float64{&r.Radius, &r.Scale, &r.Growth}
+		for i, v := range nums {
+			*given[i] = v
+		}
 	default:
-		return RangeRule{}, fmt.Errorf("fl: range %q: want minmax, minmax:SCALE, fixed:C,R, quantile:Q or quantile:Q,SCALE", s)
+		return RangeRule{}, fmt.Errorf("fl: range %q: want minmax, minmax:SCALE, fixed:C,R, quantile:Q, quantile:Q,SCALE or adaptive[:R0[,K[,G]]]", s)
 	}
 	return r, r.validate()
 }
@@ -68,6 +77,8 @@ func (r RangeRule) String() string {
 		return fmt.Sprintf("fixed:%g,%g", r.Center, r.Radius)
 	case "quantile":
 		return fmt.Sprintf("quantile:%g,%g", r.Quantile, r.Scale)
+	case "adaptive":
+		return fmt.Sprintf("adaptive:%g,%g,%g", r.Radius, r.Scale, r.Growth)
 	}
 	return fmt.Sprintf("minmax:%g", r.Scale)
 }
@@ -84,8 +95,10 @@ func (r RangeRule) validate() error {
 			return fmt.Errorf("fl: range quantile %v must be in (0, 1]", r.Quantile)
 		}
 		return nil
+	case "adaptive":
+		return r.validateAdaptive()
 	}
-	return fmt.Errorf("fl: range kind %q: want minmax, fixed or quantile", r.Kind)
+	return fmt.Errorf("fl: range kind %q: want minmax, fixed, quantile or adaptive", r.Kind)
 }
 
 // ranges returns this round's range of every tensor.
@@ -99,9 +112,12 @@ func (e *Engine) ranges() ([]mech.Range, error) {
 	}
 	out := make([]mech.Range, len(e.specs))
 	for i := range out {
-		if rule.Kind == "fixed" {
+		switch rule.Kind {
+		case "fixed":
 			out[i] = mech.Range{Center: rule.Center, Radius: rule.Radius}
-		} else {
+		case "adaptive":
+			out[i] = mech.Range{Radius: e.radii[i]}
+		default:
 			out[i] = rule.of(ref[i])
 		}
 		if err := out[i].Validate(); err != nil {

@@ -81,6 +81,8 @@ func (e *Engine) checkAggregator() error {
 		return fmt.Errorf("fl: aggregator %s needs each client's message, which secure aggregation hides from the server: use aggregator mean", rule)
 	case e.cfg.Shuffle:
 		return fmt.Errorf("fl: aggregator %s needs each client's message, which the shuffler unlinks: use aggregator mean", rule)
+	case e.cfg.Range.Kind == "adaptive":
+		return fmt.Errorf("fl: the adaptive range subtracts the noise of the mean's estimate, which aggregator %s does not make: use a fixed range", rule)
 	case e.cfg.Weighting != "mean":
 		return fmt.Errorf("fl: aggregator %s counts every client once: set weighting: mean (FedAvg's weights are the clients' own claims)", rule)
 	}

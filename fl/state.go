@@ -19,6 +19,7 @@ type State struct {
 	Round   int // rounds completed
 	Global  [][]float32
 	PrevUpd [][]float32 // updates mode: the last estimated update
+	Radii   []float64   // range adaptive: each tensor's radius for the next round
 	Best    [][]float32 // patience: the best model so far
 	BestAcc float64
 	Since   int // evaluations since the best
@@ -36,7 +37,7 @@ type State struct {
 // State returns the engine's state after its last completed round.
 func (e *Engine) State() State {
 	return State{
-		Round: e.done, Global: e.global, PrevUpd: e.prevUpd, Best: e.best,
+		Round: e.done, Global: e.global, PrevUpd: e.prevUpd, Radii: e.radii, Best: e.best,
 		BestAcc: e.bestAcc, Since: e.since, Moments: e.moments, Joined: e.joined, Seconds: e.elapsed(),
 		MinSum: e.minSum, MinAlone: e.minAlone,
 	}
@@ -88,8 +89,11 @@ func (e *Engine) Restore(s State) error {
 	if err := s.finite(); err != nil {
 		return err
 	}
+	if err := e.checkRadii(s.Radii); err != nil {
+		return err
+	}
 	e.moments = s.Moments
-	e.done, e.global, e.prevUpd, e.best = s.Round, s.Global, s.PrevUpd, s.Best
+	e.done, e.global, e.prevUpd, e.radii, e.best = s.Round, s.Global, s.PrevUpd, s.Radii, s.Best
 	e.bestAcc, e.since, e.joined, e.before = s.BestAcc, s.Since, s.Joined, time.Duration(s.Seconds*float64(time.Second))
 	e.minSum, e.minAlone = s.MinSum, s.MinAlone
 	e.start = time.Now()

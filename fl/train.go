@@ -172,6 +172,7 @@ type Engine struct {
 	params   int
 	global   [][]float32
 	prevUpd  [][]float32 // updates mode: the last estimated update, for ranges
+	radii    []float64   // range adaptive: each tensor's radius for the next round
 	best     [][]float32
 	bestAcc  float64
 	since    int   // evaluations since the best
@@ -261,6 +262,15 @@ func New(cfg Config, task Task) (*Engine, error) {
 	}
 	if err := e.setByzantine(n); err != nil {
 		return nil, err
+	}
+	if cfg.Range.Kind == "adaptive" {
+		if err := e.checkAdaptive(); err != nil {
+			return nil, err
+		}
+		e.radii = make([]float64, len(e.specs))
+		for i := range e.radii {
+			e.radii[i] = cfg.Range.Radius
+		}
 	}
 	for _, s := range e.specs {
 		e.params += size(s.Shape)

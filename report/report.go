@@ -58,8 +58,11 @@ type Round struct {
 	// Discarded says why the round's aggregate was not applied (it, or the
 	// model it would have made, was not finite): the model is the one the
 	// round began with. Empty when the aggregate was applied.
-	Discarded string  `json:"discarded,omitempty"`
-	Seconds   float64 `json:"seconds"` // wall time since the run started
+	Discarded string `json:"discarded,omitempty"`
+	// RangeRadius is each tensor's clipping radius this round, in the
+	// model's order: what the range rule chose.
+	RangeRadius []float64 `json:"range_radius,omitempty"`
+	Seconds     float64   `json:"seconds"` // wall time since the run started
 }
 
 // Summary is summary.json: the outcome of a finished run, what a table of
