@@ -24,7 +24,6 @@ var runGroups = []helpGroup{
 		"trainer", "trainer-timeout", "trainer-threads"}},
 	{"Server strategy: the range asked for, aggregation, the server's step (docs/training.md)", []string{"range", "weighting", "aggregator",
 		"server-optimizer", "global-lr", "server-beta1", "server-beta2", "server-tau"}},
-	{"Byzantine clients, to measure robustness (docs/security.md)", []string{"byzantine", "byzantine-fraction"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "transfer"}},
 	{"Hiding the messages from the server", []string{"secure-aggregation", "shuffle"}},
@@ -32,10 +31,14 @@ var runGroups = []helpGroup{
 	{"Output", []string{"config", "name", "out", "resume", "format", "quiet"}},
 }
 
+// byzantineGroup is fedpq run's alone: a server's clients attack by
+// themselves (fedpq client --byzantine).
+var byzantineGroup = helpGroup{"Byzantine clients, to measure robustness (docs/security.md)", []string{"byzantine", "byzantine-fraction"}}
+
 // helpGroups is each command's grouping; a command without one lists its
 // flags alphabetically.
 var helpGroups = map[string][]helpGroup{
-	"run": runGroups,
+	"run": slices.Insert(slices.Clone(runGroups), len(runGroups)-1, byzantineGroup),
 	"server": append([]helpGroup{{"Server", []string{"listen", "token", "roster", "tls-cert", "tls-key", "min-clients",
 		"gather", "grace", "max-wait", "round-timeout", "key-share-timeout", "join-timeout", "linger"}}}, runGroups...),
 	"attack": {
