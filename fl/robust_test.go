@@ -81,7 +81,9 @@ func TestRobustRefusals(t *testing.T) {
 		{func(c *Config) { c.SecureAggregation, c.Mechanism = true, "ldpq" }, "secure aggregation"},
 		{func(c *Config) { c.Shuffle, c.Mechanism = true, "ldpq" }, "shuffler"},
 		{func(c *Config) { c.Weighting = "examples" }, "weighting: mean"},
-		{func(c *Config) { c.Range, c.Perturb = RangeRule{Kind: "adaptive", Radius: 0.05, Scale: 3, Growth: 1.5}, "updates" }, "adaptive range"},
+		{func(c *Config) {
+			c.Range, c.Perturb = RangeRule{Kind: "adaptive", Radius: 0.05, Scale: 3, Growth: 1.5}, "updates"
+		}, "adaptive range"},
 		{func(c *Config) { c.Aggregator = krum(3) }, "a round of 7 clients"},
 	} {
 		cfg := baseConfig()
