@@ -14,9 +14,10 @@ import (
 // Every client counts once: the rules ignore FedAvg's weights, which a
 // client states itself.
 type robustSum struct {
-	rule robust.Rule
-	dec  *aggregate // decodes one upload at a time
-	rows []robustRow
+	rule   robust.Rule
+	dec    *aggregate // decodes one upload at a time
+	params int        // the model's, a row's length
+	rows   []robustRow
 }
 
 type robustRow struct {
@@ -30,7 +31,7 @@ func (e *Engine) newRobust(ranges []mech.Range, slot func(int) mech.Slot) *robus
 		a.sizes = append(a.sizes, size(s.Shape))
 		a.dec = append(a.dec, make([]float64, size(s.Shape)))
 	}
-	return &robustSum{rule: e.cfg.Aggregator, dec: a}
+	return &robustSum{rule: e.cfg.Aggregator, dec: a, params: e.params}
 }
 
 func (r *robustSum) add(pos int, u Upload) error {
@@ -40,7 +41,7 @@ func (r *robustSum) add(pos int, u Upload) error {
 	if err := r.dec.decode(pos, u); err != nil {
 		return err
 	}
-	var w []float32
+	w := make([]float32, 0, r.params)
 	for _, t := range r.dec.dec {
 		for _, v := range t {
 			w = append(w, float32(v))

@@ -36,13 +36,14 @@ func encodeShared(common *pb.RoundStart) ([]byte, error) {
 // newSharedStart wraps the client's own fields of a RoundStart around
 // shared, the output of encodeShared.
 func newSharedStart(own *pb.RoundStart, shared []byte) *sharedStart {
-	b, err := proto.Marshal(own)
+	n := proto.Size(own)
+	head := protowire.AppendTag(make([]byte, 0, n+16), roundStartField, protowire.BytesType)
+	head = protowire.AppendVarint(head, uint64(n+len(shared)))
+	head, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(head, own)
 	if err != nil { // only invalid UTF-8 or a missing required field fail, and own has neither
 		panic(err)
 	}
-	head := protowire.AppendTag(make([]byte, 0, len(b)+16), roundStartField, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(len(b)+len(shared)))
-	return &sharedStart{head: append(head, b...), shared: shared}
+	return &sharedStart{head: head, shared: shared}
 }
 
 // messageCodec is gRPC's proto codec with two changes, for memory: it sends
