@@ -90,7 +90,8 @@ type Config struct {
 	GlobalLR  float64 `yaml:"global_lr"`
 	// Aggregator turns a round's decoded messages into one estimate: mean,
 	// or a Byzantine-robust rule (package robust: median,
-	// trimmed-mean:B, krum:F, multi-krum:F,M, bulyan:F, norm-bounded:C).
+	// trimmed-mean:B, krum:F, multi-krum:F,M, bulyan:F, norm-bounded:C,
+	// norm-bounded: C the median norm).
 	Aggregator string `yaml:"aggregator"`
 	// ServerOptimizer is how each round's estimate moves the global model
 	// (fl.ServerOptimizer): fedavg, fedavgm, fedadam, fedyogi or
@@ -344,14 +345,16 @@ func (c Config) engineConfig() (fl.Config, error) {
 		return fl.Config{}, err
 	}
 	return fl.Config{
-		Rounds: c.Rounds, ClientsPerRound: c.ClientsPerRound, Dropout: c.Dropout,
-		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer,
-		Range: rg, Perturb: c.Perturb, Weighting: c.Weighting, Aggregator: rule,
-		Server:   fl.ServerConfig{Name: c.ServerOptimizer, LR: c.GlobalLR, Beta1: c.ServerBeta1, Beta2: c.ServerBeta2, Tau: c.ServerTau},
-		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch, ProxMu: c.ProxMu,
+		Rounds: c.Rounds, Dropout: c.Dropout,
+		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer, Perturb: c.Perturb,
+		Strategy: fl.Strategy{
+			ClientsPerRound: c.ClientsPerRound, Range: rg, ProxMu: c.ProxMu,
+			Weighting: c.Weighting, MaxExamples: c.MaxExamples, Aggregator: rule,
+			Server: fl.ServerConfig{Name: c.ServerOptimizer, LR: c.GlobalLR, Beta1: c.ServerBeta1, Beta2: c.ServerBeta2, Tau: c.ServerTau},
+		},
+		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
-		Shuffle: c.Shuffle, MaxExamples: c.MaxExamples,
-		Byzantine: attack, ByzantineFraction: c.ByzantineFraction,
+		Shuffle: c.Shuffle, Byzantine: attack, ByzantineFraction: c.ByzantineFraction,
 	}, nil
 }
 

@@ -181,3 +181,44 @@ func TestLedgerAgainstHiddenServer(t *testing.T) {
 		}
 	}
 }
+
+// TestStrategyUnderHiddenSums: a server optimizer reads only the round's
+// estimate, so under secure aggregation, and behind the shuffler, it steps
+// exactly as on the plain mean: the same model, bit for bit, for fedavgm
+// and fedadam. Attackers are hidden in the secure sum as well, and move it
+// exactly as they move the plain mean: secure aggregation neither detects
+// nor weakens an attack within the support (and the robust rules, which
+// would need each message, are refused under it).
+func TestStrategyUnderHiddenSums(t *testing.T) {
+	base := Default()
+	base.Clients, base.Rounds, base.Weighting, base.Mechanism = 24, 3, "mean", "ldpq"
+	model := func(c Config, hidden string) [32]byte {
+		c.SecureAggregation, c.Shuffle = hidden == "secure", hidden == "shuffle"
+		c.Out = t.TempDir()
+		h, _ := finalModel(t, c)
+		return h
+	}
+	for _, s := range []struct {
+		opt string
+		lr  float64
+	}{{"fedavgm", 0.3}, {"fedadam", 0.03}} {
+		c := base
+		c.ServerOptimizer, c.GlobalLR = s.opt, s.lr
+		plain := model(c, "")
+		for _, hidden := range []string{"secure", "shuffle"} {
+			if model(c, hidden) != plain {
+				t.Errorf("%s under %s: the model differs from the plain mean's", s.opt, hidden)
+			}
+		}
+	}
+	honest := model(base, "")
+	c := base
+	c.Byzantine, c.ByzantineFraction = "sign-flip", 0.25
+	attacked := model(c, "")
+	if attacked == honest {
+		t.Fatal("the sign-flip attack did not change the model")
+	}
+	if model(c, "secure") != attacked {
+		t.Error("under secure aggregation the attack moves the model otherwise than the plain mean")
+	}
+}

@@ -7,7 +7,7 @@ import (
 
 // ServerOptimizer is how a round's estimate moves the global model: the
 // server's half of a strategy (the other is how the round's messages
-// become one estimate, Config.Aggregator). Reddi et al., "Adaptive
+// become one estimate, Strategy.Aggregator). Reddi et al., "Adaptive
 // Federated Optimization" (ICLR 2021), treat the estimated mean update,
 // the pseudo-gradient, as a gradient that a server optimizer steps along:
 //
@@ -41,7 +41,7 @@ type ServerOptimizer interface {
 type ServerConfig struct {
 	// Name is fedavg, fedavgm, fedadam, fedyogi or fedadagrad.
 	Name string
-	// LR is the server learning rate (Config.GlobalLR).
+	// LR is the server learning rate (the configuration's global_lr).
 	LR float64
 	// Beta1 is fedavgm's momentum and the adaptive optimizers' first
 	// moment decay; Beta2 the second moment's (fedadam, fedyogi); Tau the

@@ -28,43 +28,25 @@ type Trainer interface {
 
 // Config is everything about a federated run that the round engine uses.
 type Config struct {
-	Rounds          int
-	ClientsPerRound int     // clients sampled per round; 0 or more than there are: all
-	Dropout         float64 // probability that a sampled client drops out before it uploads
-	Mechanism       string
-	Mech            mech.Config
-	Transfer        bool      // paired mechanisms: the leader sends its shared bits, sealed
-	Range           RangeRule // the clipping range of each tensor, each round
+	Rounds    int
+	Dropout   float64 // probability that a sampled client drops out before it uploads
+	Mechanism string
+	Mech      mech.Config
+	Transfer  bool // paired mechanisms: the leader sends its shared bits, sealed
 	// Perturb is "weights" (clients send their trained weights, as LDP-FL
 	// and CorBin-FL do) or "updates" (trained minus global, as JoPEQ does).
 	Perturb string
-	// Weighting is "examples" (FedAvg: each client weighs its number of
-	// examples) or "mean" (every update counts the same).
-	Weighting string
-	// MaxExamples caps a client's FedAvg weight: a client with more
-	// examples, or claiming more, is weighed as MaxExamples (0: no cap).
-	MaxExamples int
-	// Aggregator turns a round's decoded messages into its estimate when
-	// the mean will not do (package robust); nil is the streaming mean.
-	// It needs each client's message, equal weights, and neither secure
-	// aggregation nor the shuffler.
-	Aggregator robust.Rule
-	// Server is how each round's estimate moves the global model: FedAvg
-	// at the global learning rate lambda (global = (1-lambda) global +
-	// lambda estimate for weights, global += lambda estimate for updates),
-	// or a server optimizer on the pseudo-gradient (ServerOptimizer).
-	Server ServerConfig
+	// Strategy is what the server decides each round: which clients, the
+	// range, the local objective, the aggregation and the server step.
+	Strategy
 	// Patience reloads the best global model seen after this many
 	// evaluations without a better accuracy (CorBin-FL); 0 never reloads.
 	Patience  int
 	EvalEvery int // evaluate on the test set every this many rounds (and at the last)
 	Epochs    int // local epochs
 	Batch     int // local minibatch size
-	// ProxMu is FedProx's mu, passed to every client's local training
-	// (model.TrainConfig.ProxMu); 0: plain local training.
-	ProxMu  float64
-	Seed    uint64
-	Workers int // clients trained in parallel (0: all cores)
+	Seed      uint64
+	Workers   int // clients trained in parallel (0: all cores)
 	// LedgerDelta is the delta of the ledger's composed bounds
 	// (advanced, optimal and zCDP composition).
 	LedgerDelta float64
@@ -126,8 +108,6 @@ func (c *Config) validate(clients int) error {
 		return fmt.Errorf("fl: dropout %v must be in [0, 1)", c.Dropout)
 	case c.Perturb != "weights" && c.Perturb != "updates":
 		return fmt.Errorf("fl: perturb %q: want weights or updates", c.Perturb)
-	case c.Weighting != "examples" && c.Weighting != "mean":
-		return fmt.Errorf("fl: weighting %q: want examples or mean", c.Weighting)
 	case c.Patience < 0:
 		return fmt.Errorf("fl: patience %d must not be negative", c.Patience)
 	case !(c.LedgerDelta > 0 && c.LedgerDelta < 1):
@@ -136,21 +116,8 @@ func (c *Config) validate(clients int) error {
 		return fmt.Errorf("fl: eval-every %d must be at least 1", c.EvalEvery)
 	case c.Epochs < 1 || c.Batch < 1:
 		return fmt.Errorf("fl: epochs (%d) and batch (%d) must be at least 1", c.Epochs, c.Batch)
-	case !(c.ProxMu >= 0) || math.IsInf(c.ProxMu, 0):
-		return fmt.Errorf("fl: prox_mu %v must be finite and at least 0", c.ProxMu)
-	case c.MaxExamples < 0:
-		return fmt.Errorf("fl: max examples %d must not be negative", c.MaxExamples)
 	}
-	return c.Range.validate()
-}
-
-// weight is the FedAvg weight of a client with n examples: n, capped at
-// MaxExamples.
-func (c *Config) weight(n int) int {
-	if c.MaxExamples > 0 {
-		return min(n, c.MaxExamples)
-	}
-	return n
+	return c.Strategy.validate()
 }
 
 // Weight is the FedAvg weight the engine gives a client that trains on n

@@ -82,9 +82,9 @@ func fakeTask(clients, dim int, sizes func(k int) int) Task {
 
 func baseConfig() Config {
 	return Config{
-		Rounds: 1, Mechanism: "none", Mech: mech.DefaultConfig(), Range: RangeRule{Kind: "fixed", Center: 0, Radius: 1},
-		Perturb: "weights", Weighting: "examples", Server: DefaultServerConfig(), EvalEvery: 1, Epochs: 1, Batch: 1, Seed: 3,
-		LedgerDelta: 1e-5,
+		Rounds: 1, Mechanism: "none", Mech: mech.DefaultConfig(), Perturb: "weights",
+		Strategy:  Strategy{Range: RangeRule{Kind: "fixed", Center: 0, Radius: 1}, Weighting: "examples", Server: DefaultServerConfig()},
+		EvalEvery: 1, Epochs: 1, Batch: 1, Seed: 3, LedgerDelta: 1e-5,
 	}
 }
 

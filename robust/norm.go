@@ -3,6 +3,7 @@ package robust
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -12,17 +13,26 @@ import (
 // the messages should be updates (differences from the global model),
 // not weights. For one-bit messages every message has the same norm (see
 // the package doc), so the bound scales them all alike.
+//
+// C = 0 takes the median of the round's norms as the bound, which needs
+// no tuning: while fewer than half the clients attack, it lies between
+// the smallest and the largest honest norm, so no client moves the mean
+// by more than the largest honest norm over n, and honest messages below
+// the median pass unchanged.
 type NormBounded struct {
 	C float64
 }
 
 func (b NormBounded) String() string {
+	if b.C == 0 {
+		return "norm-bounded"
+	}
 	return "norm-bounded:" + strconv.FormatFloat(b.C, 'g', -1, 64)
 }
 
 func (b NormBounded) validate() error {
-	if !(b.C > 0) || math.IsInf(b.C, 0) {
-		return fmt.Errorf("robust: norm-bounded: C = %v must be positive and finite (the largest L2 norm of a message)", b.C)
+	if !(b.C >= 0) || math.IsInf(b.C, 0) {
+		return fmt.Errorf("robust: norm-bounded: C = %v must be positive and finite (the largest L2 norm of a message; none: the median norm)", b.C)
 	}
 	return nil
 }
@@ -34,7 +44,7 @@ func (b NormBounded) Aggregate(rows [][]float32, out []float64) error {
 	if err := checkShape(rows, len(out)); err != nil {
 		return err
 	}
-	scale := make([]float64, len(rows))
+	norms := make([]float64, len(rows))
 	for i, r := range rows {
 		var ss float64
 		for _, v := range r {
@@ -43,7 +53,21 @@ func (b NormBounded) Aggregate(rows [][]float32, out []float64) error {
 		if math.IsNaN(ss) || math.IsInf(ss, 0) {
 			return nonFinite(rows)
 		}
-		scale[i] = min(1, b.C/math.Sqrt(ss)) // 1 for a zero message
+		norms[i] = math.Sqrt(ss)
+	}
+	c := b.C
+	if c == 0 {
+		sorted := slices.Clone(norms)
+		slices.Sort(sorted)
+		n := len(sorted)
+		c = (sorted[(n-1)/2] + sorted[n/2]) / 2
+	}
+	scale := make([]float64, len(rows))
+	for i, l := range norms {
+		scale[i] = 1 // a message within the bound, a zero one too
+		if l > c {
+			scale[i] = c / l
+		}
 	}
 	return average(rows, scale, out)
 }

@@ -20,12 +20,12 @@
 //   - Bulyan: n-2f messages chosen by repeated Krum, then per coordinate
 //     the mean of the n-4f of them closest to their median (El Mhamdi et
 //     al., ICML 2018). Needs n >= 4f+3.
-//   - NormBounded: each message scaled down to L2 norm at most C, then the
-//     mean.
+//   - NormBounded: each message scaled down to L2 norm at most C (by
+//     default the median of the round's norms), then the mean.
 //
 // Parse reads them from the spec strings of fedpq's configuration
 // ("median", "trimmed-mean:0.1", "krum:2", "multi-krum:2,5", "bulyan:1",
-// "norm-bounded:3"); a Rule's String gives its spec back.
+// "norm-bounded:3", "norm-bounded"); a Rule's String gives its spec back.
 //
 // # What they estimate for quantized messages
 //
@@ -126,28 +126,30 @@ type Rule interface {
 
 // Names lists the rules Parse knows, in the form their specs take.
 func Names() []string {
-	return []string{"mean", "median", "trimmed-mean:B", "krum:F", "multi-krum:F,M", "bulyan:F", "norm-bounded:C"}
+	return []string{"mean", "median", "trimmed-mean:B", "krum:F", "multi-krum:F,M", "bulyan:F", "norm-bounded[:C]"}
 }
 
 // rules maps a rule's name to its parameters (as Names writes them),
 // whether they are integers, and the rule they make.
 var rules = map[string]struct {
-	params string
-	ints   bool
-	make   func(p []float64) Rule
+	params   string
+	ints     bool
+	optional bool // the parameters may be left out: make gets zeros
+	make     func(p []float64) Rule
 }{
-	"mean":         {"", false, func([]float64) Rule { return Mean{} }},
-	"median":       {"", false, func([]float64) Rule { return Median{} }},
-	"trimmed-mean": {"B", false, func(p []float64) Rule { return TrimmedMean{Beta: p[0]} }},
-	"krum":         {"F", true, func(p []float64) Rule { return Krum{F: int(p[0])} }},
-	"multi-krum":   {"F,M", true, func(p []float64) Rule { return MultiKrum{F: int(p[0]), M: int(p[1])} }},
-	"bulyan":       {"F", true, func(p []float64) Rule { return Bulyan{F: int(p[0])} }},
-	"norm-bounded": {"C", false, func(p []float64) Rule { return NormBounded{C: p[0]} }},
+	"mean":         {"", false, false, func([]float64) Rule { return Mean{} }},
+	"median":       {"", false, false, func([]float64) Rule { return Median{} }},
+	"trimmed-mean": {"B", false, false, func(p []float64) Rule { return TrimmedMean{Beta: p[0]} }},
+	"krum":         {"F", true, false, func(p []float64) Rule { return Krum{F: int(p[0])} }},
+	"multi-krum":   {"F,M", true, false, func(p []float64) Rule { return MultiKrum{F: int(p[0]), M: int(p[1])} }},
+	"bulyan":       {"F", true, false, func(p []float64) Rule { return Bulyan{F: int(p[0])} }},
+	"norm-bounded": {"C", false, true, func(p []float64) Rule { return NormBounded{C: p[0]} }},
 }
 
 // Parse returns the rule of a spec: "mean", "median", "trimmed-mean:B"
 // (0 <= B < 0.5), "krum:F", "multi-krum:F,M" (F >= 0, M >= 1),
-// "bulyan:F", "norm-bounded:C" (C > 0). The empty spec is "mean".
+// "bulyan:F", "norm-bounded:C" (C > 0) or "norm-bounded" (the median
+// norm). The empty spec is "mean".
 func Parse(spec string) (Rule, error) {
 	name, arg, hasArg := strings.Cut(strings.TrimSpace(spec), ":")
 	if name == "" && !hasArg {
@@ -163,6 +165,12 @@ func Parse(spec string) (Rule, error) {
 	}
 	if hasArg {
 		args = strings.Split(arg, ",")
+	}
+	if len(args) == 0 && rule.optional {
+		args = make([]string, len(params))
+		for i := range args {
+			args[i] = "0"
+		}
 	}
 	if len(args) != len(params) {
 		return nil, fmt.Errorf("robust: aggregator %q takes %d parameter(s), got %d (want one of %s)", spec, len(params), len(args), strings.Join(Names(), ", "))
@@ -181,6 +189,10 @@ func Parse(spec string) (Rule, error) {
 		v, err := strconv.ParseFloat(a, 64)
 		if err != nil {
 			return nil, fmt.Errorf("robust: aggregator %q: %s %q is not a number", spec, params[i], a)
+		}
+		if rule.optional && hasArg && v == 0 {
+			// Zero is what leaving the parameter out means.
+			return nil, fmt.Errorf("robust: aggregator %q: %s = 0 must be positive and finite (leave it out: %q)", spec, params[i], name)
 		}
 		p[i] = v
 	}

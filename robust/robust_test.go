@@ -47,6 +47,7 @@ func TestParse(t *testing.T) {
 		{"multi-krum:2,5", MultiKrum{F: 2, M: 5}},
 		{"bulyan:1", Bulyan{F: 1}},
 		{"norm-bounded:3.5", NormBounded{C: 3.5}},
+		{"norm-bounded", NormBounded{}},
 		{" multi-krum: 1, 4 ", MultiKrum{F: 1, M: 4}},
 	} {
 		r, err := Parse(tc.spec)
@@ -292,6 +293,24 @@ func TestNormBounded(t *testing.T) {
 			t.Errorf("norm-bounded:2 = %v, want %v", got, want)
 		}
 	}
+	// Without C the bound is the median norm, (1+5)/2 = 3: scaled by 3/5,
+	// 1, 1, 3/50.
+	got = aggregate(t, NormBounded{}, rows)
+	want = []float64{(1.8 + 0 + 0 - 1.8) / 4, (2.4 + 1 + 0 + 2.4) / 4}
+	for j := range want {
+		if math.Abs(got[j]-want[j]) > 1e-15 {
+			t.Errorf("norm-bounded = %v, want %v", got, want)
+		}
+	}
+	// With an odd count the median is the middle norm: 5 of 1, 5, 50.
+	odd := [][]float32{{3, 4}, {0, 1}, {-30, 40}}
+	got = aggregate(t, NormBounded{}, odd)
+	want = []float64{(3 + 0 - 3) / 3.0, (4 + 1 + 4) / 3.0}
+	for j := range want {
+		if math.Abs(got[j]-want[j]) > 1e-15 {
+			t.Errorf("norm-bounded of three rows = %v, want %v", got, want)
+		}
+	}
 }
 
 // honestAndByzantine returns n-f honest rows, uniform in [-1, 1], and f
@@ -401,7 +420,7 @@ func TestErrors(t *testing.T) {
 		{Bulyan{F: 1}, rows(6), "bulyan with f = 1 needs at least 4f+3 = 7 messages, got 6"},
 		{Bulyan{F: 2}, rows(10), "needs at least 4f+3 = 11 messages, got 10"},
 		{TrimmedMean{Beta: 0.6}, rows(5), "B = 0.6 must be in [0, 0.5)"},
-		{NormBounded{}, rows(5), "C = 0 must be positive"},
+		{NormBounded{C: -1}, rows(5), "C = -1 must be positive"},
 		{Krum{F: -1}, rows(5), "F = -1 must be at least 0"},
 	} {
 		err := tc.r.Aggregate(tc.rows, make([]float64, 2))
@@ -453,7 +472,11 @@ func TestNames(t *testing.T) {
 		t.Errorf("Names() has %d rules, Parse %d", len(Names()), len(rules))
 	}
 	for _, n := range Names() {
-		name, params, _ := strings.Cut(n, ":")
+		name, params, _ := strings.Cut(strings.Trim(n, "]"), ":")
+		name, optional := strings.CutSuffix(name, "[")
+		if optional != rules[name].optional {
+			t.Errorf("Names() lists %q; Parse's parameters are optional: %v", n, rules[name].optional)
+		}
 		if r, ok := rules[name]; !ok || r.params != params {
 			t.Errorf("Names() lists %q; Parse knows %q with parameters %q", n, name, r.params)
 		}

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 data=${FEDPQ_DATA:-$(pwd)/../shared/datasets}
 seeds=${SEEDS:-2} rounds=${ROUNDS:-5} attack=${ATTACK:-extreme}
 mechs=${MECHS:-none gaussian ldpq corbin sdq}
-aggs=${AGGS:-mean median trimmed-mean:0.2 krum:4 multi-krum:4,12 bulyan:4 norm-bounded:1}
+aggs=${AGGS:-mean median trimmed-mean:0.2 krum:4 multi-krum:4,12 bulyan:4 norm-bounded}
 fractions=${FRACTIONS:-0 0.1 0.2}
 work=${KEEP:-$(mktemp -d)}
 mkdir -p "$work"

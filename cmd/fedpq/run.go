@@ -85,7 +85,7 @@ var runFlagHelp = [][2]string{
 	{"perturb", "what clients encode: weights or updates"},
 	{"weighting", "aggregation: examples (FedAvg) or mean"},
 	{"global_lr", "global (server) learning rate: fedavg's lambda in (0, 1], or the server optimizer's step size"},
-	{"aggregator", "how a round's decoded messages become one estimate: mean, or a Byzantine-robust rule: median, trimmed-mean:B, krum:F, multi-krum:F,M, bulyan:F or norm-bounded:C (each client's message; weighting mean; not with secure aggregation or the shuffler; docs/security.md)"},
+	{"aggregator", "how a round's decoded messages become one estimate: mean, or a Byzantine-robust rule: median, trimmed-mean:B, krum:F, multi-krum:F,M, bulyan:F, norm-bounded:C or norm-bounded (C: the median norm) (each client's message; weighting mean; not with secure aggregation or the shuffler; docs/security.md)"},
 	{"server_optimizer", "how each round's estimate moves the global model: fedavg, fedavgm, fedadam, fedyogi or fedadagrad (Reddi et al. 2021; docs/training.md)"},
 	{"server_beta1", "fedavgm: server momentum; fedadam, fedyogi, fedadagrad: first moment decay"},
 	{"server_beta2", "fedadam, fedyogi: second moment decay"},
