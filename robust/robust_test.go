@@ -303,6 +303,23 @@ func TestNormBounded(t *testing.T) {
 		}
 	}
 	// With an odd count the median is the middle norm: 5 of 1, 5, 50.
+	// While fewer than half the rows attack, the median norm is at most
+	// the largest honest norm, and so is the output's norm, however huge
+	// the attackers' rows (the mean's is 1e30 f/n).
+	rng := rand.New(rand.NewPCG(5, 6))
+	const n, d = 15, 300
+	for _, f := range []int{1, 7} {
+		for _, spread := range []bool{false, true} {
+			rows := honestAndByzantine(rng, n, f, d, 1e30, spread)
+			var largest float64
+			for _, r := range rows[:n-f] {
+				largest = max(largest, norm(r))
+			}
+			if got := norm64(aggregate(t, NormBounded{}, rows)); got > largest*(1+1e-12) {
+				t.Errorf("f = %d (spread %v): output norm %v, more than the largest honest norm %v", f, spread, got, largest)
+			}
+		}
+	}
 	odd := [][]float32{{3, 4}, {0, 1}, {-30, 40}}
 	got = aggregate(t, NormBounded{}, odd)
 	want = []float64{(3 + 0 - 3) / 3.0, (4 + 1 + 4) / 3.0}
@@ -311,6 +328,22 @@ func TestNormBounded(t *testing.T) {
 			t.Errorf("norm-bounded of three rows = %v, want %v", got, want)
 		}
 	}
+}
+
+func norm(r []float32) float64 {
+	var ss float64
+	for _, v := range r {
+		ss += float64(v) * float64(v)
+	}
+	return math.Sqrt(ss)
+}
+
+func norm64(r []float64) float64 {
+	var ss float64
+	for _, v := range r {
+		ss += v * v
+	}
+	return math.Sqrt(ss)
 }
 
 // honestAndByzantine returns n-f honest rows, uniform in [-1, 1], and f
