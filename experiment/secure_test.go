@@ -185,10 +185,10 @@ func TestLedgerAgainstHiddenServer(t *testing.T) {
 // TestStrategyUnderHiddenSums: a server optimizer reads only the round's
 // estimate, so under secure aggregation, and behind the shuffler, it steps
 // exactly as on the plain mean: the same model, bit for bit, for fedavgm
-// and fedadam. Attackers are hidden in the secure sum as well, and move it
-// exactly as they move the plain mean: secure aggregation neither detects
-// nor weakens an attack within the support (and the robust rules, which
-// would need each message, are refused under it).
+// and fedadam. Attackers are hidden in the secure sum and the shuffled
+// reports as well, and move them exactly as they move the plain mean:
+// neither detects nor weakens an attack within the support (and the
+// robust rules, which would need each message, are refused under both).
 func TestStrategyUnderHiddenSums(t *testing.T) {
 	base := Default()
 	base.Clients, base.Rounds, base.Weighting, base.Mechanism = 24, 3, "mean", "ldpq"
@@ -218,7 +218,9 @@ func TestStrategyUnderHiddenSums(t *testing.T) {
 	if attacked == honest {
 		t.Fatal("the sign-flip attack did not change the model")
 	}
-	if model(c, "secure") != attacked {
-		t.Error("under secure aggregation the attack moves the model otherwise than the plain mean")
+	for _, hidden := range []string{"secure", "shuffle"} {
+		if model(c, hidden) != attacked {
+			t.Errorf("under %s the attack moves the model otherwise than the plain mean", hidden)
+		}
 	}
 }
