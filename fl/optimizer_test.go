@@ -153,3 +153,55 @@ func TestStrategyLedger(t *testing.T) {
 		}
 	}
 }
+
+// counting wraps a ServerOptimizer and counts its steps.
+type counting struct {
+	ServerOptimizer
+	steps *int
+}
+
+func (c counting) Step(global [][]float32, est [][]float64, moments [][]float32) ([][]float64, [][]float32) {
+	*c.steps++
+	return c.ServerOptimizer.Step(global, est, moments)
+}
+
+// countingRule wraps a robust.Rule and counts its aggregations.
+type countingRule struct {
+	robust.Rule
+	calls *int
+}
+
+func (c countingRule) Aggregate(rows [][]float32, out []float64) error {
+	*c.calls++
+	return c.Rule.Aggregate(rows, out)
+}
+
+// TestCustomStrategy: a caller's own robust.Rule and ServerOptimizer run
+// in the engine in place of fedpq's: wrapping the median and FedAdam, they
+// are called once a round, and the run ends with the built-in pair's model,
+// bit for bit.
+func TestCustomStrategy(t *testing.T) {
+	task := fakeTask(8, 6, func(int) int { return 2 })
+	cfg := baseConfig()
+	cfg.Mechanism, cfg.Perturb, cfg.Weighting, cfg.Rounds = "ldpq", "updates", "mean", 4
+	cfg.Server.Name, cfg.Server.LR, cfg.Aggregator = "fedadam", 0.1, robust.Median{}
+	builtin, _ := run(t, cfg, task)
+
+	opt, err := NewServerOptimizer(cfg.Server, cfg.Perturb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps, calls int
+	cfg.Optimizer = counting{opt, &steps}
+	cfg.Server = ServerConfig{} // not read
+	cfg.Aggregator = countingRule{robust.Median{}, &calls}
+	custom, _ := run(t, cfg, task)
+	// The rule is also tried once before the first round, on a round of
+	// zeros, to refuse a round too small for it (checkAggregator).
+	if steps != cfg.Rounds || calls != cfg.Rounds+1 {
+		t.Errorf("%d steps and %d aggregations in %d rounds", steps, calls, cfg.Rounds)
+	}
+	if Hash(custom.Global()) != Hash(builtin.Global()) {
+		t.Error("the wrapped median and FedAdam end with another model than the built-in ones")
+	}
+}

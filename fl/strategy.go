@@ -12,8 +12,8 @@ import (
 // its clients, how their decoded messages become one estimate, and how the
 // estimate moves the global model. Each decision is a part of its own, an
 // interface where there is a family to choose from (robust.Rule,
-// ServerOptimizer), so that any mechanism runs under any strategy that can
-// see what it needs: what a mechanism asks of a round comes from its own
+// ServerOptimizer: fedpq's, or the caller's own), so that any mechanism
+// runs under any strategy that can see what it needs: what a mechanism asks of a round comes from its own
 // interfaces (mech.Variancer, mech.Integer, mech.RandomizedResponse),
 // never from its name. The simulation and the deployed server run the same
 // Strategy through Engine.Begin, Plan.Add and Engine.End; only where the
@@ -52,11 +52,15 @@ type Strategy struct {
 
 	// How the estimate moves the global model (Engine.End).
 
-	// Server is FedAvg at the global learning rate lambda (global =
-	// (1-lambda) global + lambda estimate for weights, global += lambda
-	// estimate for updates), or a server optimizer on the pseudo-gradient
-	// (ServerOptimizer).
+	// Server names a server optimizer of fedpq's and its hyperparameters:
+	// FedAvg at the global learning rate lambda (global = (1-lambda) global
+	// + lambda estimate for weights, global += lambda estimate for
+	// updates), or one of Reddi et al.'s on the pseudo-gradient
+	// (NewServerOptimizer).
 	Server ServerConfig
+	// Optimizer, when not nil, is a ServerOptimizer of the caller's own,
+	// used in place of the one Server names.
+	Optimizer ServerOptimizer
 }
 
 func (s Strategy) validate() error {

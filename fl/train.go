@@ -185,9 +185,11 @@ func New(cfg Config, task Task) (*Engine, error) {
 		return nil, err
 	}
 	info, _ := mech.Lookup(cfg.Mechanism)
-	opt, err := NewServerOptimizer(cfg.Server, cfg.Perturb)
-	if err != nil {
-		return nil, err
+	opt := cfg.Optimizer
+	if opt == nil {
+		if opt, err = NewServerOptimizer(cfg.Server, cfg.Perturb); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = runtime.GOMAXPROCS(0)
