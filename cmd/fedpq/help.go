@@ -16,14 +16,14 @@ type helpGroup struct {
 
 // The settings of a run, grouped; the server shows them too.
 var runGroups = []helpGroup{
-	{"Data", []string{"dataset", "data-dir", "partition", "clients", "clients-per-round", "dropout", "validation"}},
+	{"Data", []string{"dataset", "data-dir", "partition", "clients", "dropout", "validation"}},
 	{"Own data (instead of --dataset; docs/data.md)", []string{"data", "test-data", "validation-data", "data-format", "label-column",
 		"categorical-columns", "client-column", "feature-scaling", "image-size", "channels", "classes", "max-examples"}},
 	{"Model and training", []string{"model", "init-weights", "init-weights-sha256", "rounds", "optimizer", "lr", "momentum", "weight-decay", "epochs", "batch",
-		"prox-mu", "perturb", "patience", "eval-every", "engine", "workers", "seed",
+		"perturb", "patience", "eval-every", "engine", "workers", "seed",
 		"trainer", "trainer-timeout", "trainer-threads"}},
-	{"Server strategy: the range asked for, aggregation, the server's step (docs/training.md)", []string{"range", "weighting", "aggregator",
-		"server-optimizer", "global-lr", "server-beta1", "server-beta2", "server-tau"}},
+	{"Server strategy: which clients, the range and objective asked for, aggregation, the server's step (docs/training.md#server-strategies)",
+		[]string{"clients-per-round", "range", "prox-mu", "weighting", "aggregator", "server-optimizer", "global-lr", "server-beta1", "server-beta2", "server-tau"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "transfer"}},
 	{"Hiding the messages from the server", []string{"secure-aggregation", "shuffle"}},
