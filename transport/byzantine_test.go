@@ -17,8 +17,9 @@ import (
 // says: sign-flip changes the mean by -2(u0 + u1)/8 and scale:3 by
 // +2(u0 + u1)/8 (u0, u1 the attackers' honest updates, which each client
 // computes alike in every run from its own seed), so the two moves are
-// opposite, to float32 rounding. An extreme corbin attacker, paired with
-// an honest client, is counted as well.
+// opposite, to float32 rounding. Label-flip attackers, who train on
+// flipped labels, move it too. An extreme corbin attacker, paired with an
+// honest client, is counted as well.
 func TestByzantineClients(t *testing.T) {
 	deploy := func(mechanism string, attack fl.Attack) []float32 {
 		c := runConfig(t, mechanism, 8, 1)
@@ -65,6 +66,16 @@ func TestByzantineClients(t *testing.T) {
 	}
 	if moved < 1e-4 {
 		t.Errorf("the attackers moved no parameter by more than %v", moved)
+	}
+	// Label-flip attackers train on flipped labels and encode honestly:
+	// their updates, and so the mean, differ from the honest run's.
+	flippedLabels := deploy("none", fl.Attack{Kind: fl.LabelFlip})
+	diff := 0.0
+	for i, h := range honest {
+		diff = max(diff, math.Abs(float64(flippedLabels[i])-float64(h)))
+	}
+	if diff < 1e-4 {
+		t.Errorf("label-flip attackers moved no parameter of the mean by more than %v", diff)
 	}
 	deploy("corbin", fl.Attack{Kind: fl.Extreme})
 }
