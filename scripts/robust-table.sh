@@ -4,18 +4,18 @@
 # (batch 10, lr 0.1, momentum 0.5), updates clipped to fixed:0,0.05, eps 1
 # where the mechanism reads it, every client every round, ROUNDS rounds
 # (default 5). For each mechanism, aggregator and fraction of attackers
-# (ATTACK, default extreme), over seeds 1 to SEEDS (default 2): the final
+# (ATTACK, default extreme), over seeds 1 to SEEDS (default 3): the final
 # test accuracy, mean ± standard error over the seeds. The robust rules
 # assume f = 4 attackers (20% of 20), whatever the fraction that attacks.
 #
-#   scripts/robust-table.sh                       # extreme, 5 rounds, 2 seeds
+#   scripts/robust-table.sh                       # extreme, 5 rounds, 3 seeds
 #   ATTACK=sign-flip MECHS="ldpq none" scripts/robust-table.sh
 #
 # MNIST is read from $FEDPQ_DATA (default ../shared/datasets); runs stay in $KEEP if set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${FEDPQ_DATA:-$(pwd)/../shared/datasets}
-seeds=${SEEDS:-2} rounds=${ROUNDS:-5} attack=${ATTACK:-extreme}
+seeds=${SEEDS:-3} rounds=${ROUNDS:-5} attack=${ATTACK:-extreme}
 mechs=${MECHS:-none gaussian ldpq corbin sdq}
 aggs=${AGGS:-mean median trimmed-mean:0.2 krum:4 multi-krum:4,12 bulyan:4 norm-bounded}
 fractions=${FRACTIONS:-0 0.1 0.2}
