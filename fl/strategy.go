@@ -13,9 +13,9 @@ import (
 // estimate moves the global model. Each decision is a part of its own, an
 // interface where there is a family to choose from (robust.Rule,
 // ServerOptimizer: fedpq's, or the caller's own), so that any mechanism
-// runs under any strategy that can see what it needs: what a mechanism asks of a round comes from its own
-// interfaces (mech.Variancer, mech.Integer, mech.RandomizedResponse),
-// never from its name. The simulation and the deployed server run the same
+// runs under any strategy that can see what it needs. What a mechanism
+// asks of a round comes from its own interfaces (mech.Variancer,
+// mech.Integer, mech.RandomizedResponse), never from its name. The simulation and the deployed server run the same
 // Strategy through Engine.Begin, Plan.Add and Engine.End; only where the
 // uploads come from differs.
 //
