@@ -50,9 +50,12 @@ func (e *Engine) hidden(l *privacy.Ledger, last bool) error {
 	// What the sum hides is computed for the one-bit randomized responses,
 	// sent alone (ldpq) or by pairs (corbin, augcorbin, coq), and for the
 	// distributed noise of the modular mechanisms (ddgauss, skellam).
-	_, rr := e.m.(mech.RandomizedResponse)
+	response, rr := e.m.(mech.RandomizedResponse)
 	_, modular := e.m.(mech.Modular)
 	alone := rr && e.m.Coupling() == mech.Independent
+	if rr {
+		eps = response.ResponseEpsilon() // each bit's, which the bounds below amplify
+	}
 	switch {
 	case modular:
 		return e.distributed(l)

@@ -550,3 +550,27 @@ func TestCoQFind(t *testing.T) {
 		}
 	}
 }
+
+// TestRandomizedResponse: exactly the one-bit mechanisms say they send
+// each bit by randomized response, and at the eps they were made with
+// (the eps TestBinqExactEpsilon checks their thresholds against), which
+// package fl amplifies under secure aggregation and the shuffler.
+func TestRandomizedResponse(t *testing.T) {
+	want := map[string]bool{"ldpq": true, "corbin": true, "augcorbin": true, "coq": true}
+	for _, name := range Names() {
+		c := DefaultConfig()
+		c.Epsilon = 0.7
+		m, err := New(name, c)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		rr, ok := m.(RandomizedResponse)
+		if ok != want[name] {
+			t.Errorf("%s: RandomizedResponse %v, want %v", name, ok, want[name])
+			continue
+		}
+		if ok && rr.ResponseEpsilon() != c.Epsilon {
+			t.Errorf("%s: ResponseEpsilon %v, want %v", name, rr.ResponseEpsilon(), c.Epsilon)
+		}
+	}
+}

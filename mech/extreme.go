@@ -58,11 +58,8 @@ func (none) Extreme(dst []byte, dir []float32, rg Range, _ Slot) ([]byte, error)
 // Extreme is c ± (r + 3 sigma) per parameter, as float32
 // (gaussExtremeSigmas says why 3).
 func (m gaussian) Extreme(dst []byte, dir []float32, rg Range, _ Slot) ([]byte, error) {
-	d, err := m.noise(rg)
+	d, _, _, err := m.bounded(rg)
 	if err != nil {
-		return dst, err
-	}
-	if _, _, err := floatSupport(rg, gridSupport(d, zGauss*d.Sigma(), rg), "gaussian"); err != nil {
 		return dst, err
 	}
 	if err := checkInput(dir); err != nil {

@@ -135,23 +135,27 @@ func (m gaussian) noise(rg Range) (noise.DiscreteGaussian, error) {
 	return best, nil
 }
 
-func (m gaussian) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error) {
-	d, err := m.noise(rg)
-	if err != nil {
-		return dst, err
+// bounded is the noise of rg and the float32 bounds of what the server
+// accepts, refusing a range whose support float32 cannot hold: what
+// Encode, NewSum and Extreme all need first.
+func (m gaussian) bounded(rg Range) (d noise.DiscreteGaussian, lo, hi float32, err error) {
+	if d, err = m.noise(rg); err != nil {
+		return d, 0, 0, err
 	}
-	if _, _, err := floatSupport(rg, gridSupport(d, zGauss*d.Sigma(), rg), "gaussian"); err != nil {
+	lo, hi, err = floatSupport(rg, gridSupport(d, zGauss*d.Sigma(), rg), "gaussian")
+	return d, lo, hi, err
+}
+
+func (m gaussian) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, error) {
+	d, _, _, err := m.bounded(rg)
+	if err != nil {
 		return dst, err
 	}
 	return encodeGrid(dst, w, rg, s, "gaussian", d)
 }
 
 func (m gaussian) NewSum(n int, rg Range) (Sum, error) {
-	d, err := m.noise(rg)
-	if err != nil {
-		return nil, err
-	}
-	lo, hi, err := floatSupport(rg, gridSupport(d, zGauss*d.Sigma(), rg), "gaussian")
+	_, lo, hi, err := m.bounded(rg)
 	if err != nil {
 		return nil, err
 	}
