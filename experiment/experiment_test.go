@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fedpq/fedpq/data"
+	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 )
@@ -281,6 +282,52 @@ func TestResume(t *testing.T) {
 	}
 	if _, err := Resume(context.Background(), t.TempDir(), nil); err == nil {
 		t.Error("resuming a directory without a run accepted")
+	}
+}
+
+// TestResumeLonger: a finished run lengthened by raising rounds in its
+// config.yaml and resuming it (as docs/training.md's range table was made)
+// ends with the model and metrics of a run of that length from the start:
+// every round's randomness is drawn from the secret and the round's number.
+func TestResumeLonger(t *testing.T) {
+	c := quick(t)
+	c.Mechanism, c.ClientsPerRound, c.Rounds = "corbin", 12, 4
+	want, wantRounds := finalModel(t, c)
+	c.Rounds, c.Out = 2, t.TempDir()
+	if _, err := Run(context.Background(), c, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(c.Out, "config.yaml")
+	y, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	longer := strings.Replace(string(y), "\nrounds: 2\n", "\nrounds: 4\n", 1)
+	if longer == string(y) {
+		t.Fatalf("config.yaml has no rounds: 2 line:\n%s", y)
+	}
+	if err := os.WriteFile(cfg, []byte(longer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resume(context.Background(), c.Out, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fl.LoadState(filepath.Join(c.Out, CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := report.ReadRun(c.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl.Hash(st.Global) != want || len(run.Rounds) != len(wantRounds) {
+		t.Fatalf("lengthened run: %d rounds, model equal %v", len(run.Rounds), fl.Hash(st.Global) == want)
+	}
+	for i, r := range run.Rounds {
+		w := wantRounds[i]
+		if r.Accuracy == nil || w.Accuracy == nil || *r.Accuracy != *w.Accuracy || r.TrainLoss != w.TrainLoss {
+			t.Errorf("round %d: accuracy %v, loss %v; the 4-round run's %v, %v", r.Round, r.Accuracy, r.TrainLoss, w.Accuracy, w.TrainLoss)
+		}
 	}
 }
 

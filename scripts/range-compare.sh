@@ -16,7 +16,7 @@
 # has a summary.json is not run again; to lengthen one, raise rounds in its
 # config.yaml and run fedpq run --resume DIR (every round's randomness is
 # drawn from the run's secret and the round's number, so it ends as a run
-# of that length from the start would).
+# of that length from the start would: experiment.TestResumeLonger).
 set -u
 fedpq=${FEDPQ:-fedpq}
 out=${OUT:-runs/range}
