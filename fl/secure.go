@@ -158,7 +158,8 @@ const idBytes = 4
 // simulateSetup plays the protocol's first three steps for the simulated
 // clients: every client advertises its keys, deals its shares to its
 // neighbours and checks those dealt to it; the server keeps the clients
-// whose secrets can be rebuilt, and names each its partners.
+// whose secrets can be rebuilt, and names each its partners. Simulated
+// clients are honest: none complains, so none has shares to disclose.
 func (s *secure) simulateSetup(secret []byte, t int) error {
 	n := len(s.ids)
 	s.clients = make([]*secagg.Client, n)
@@ -364,9 +365,9 @@ func (s *secure) unmask() error {
 	}
 	for k, id := range survivors {
 		r := reveals[k]
-		// The request, its consent (a signature), the consents of its
-		// neighbours relayed, and the shares revealed.
-		s.setup += listed + 64 + int64((idBytes+64)*len(s.partners[pos[id]]))
+		// The request, its consent (a signature), the consents of the
+		// others it needs relayed, and the shares revealed.
+		s.setup += listed + 64 + int64((idBytes+64)*(len(s.clients[pos[id]].Witnesses())-1))
 		s.setup += int64((idBytes + 32) * (len(r.Self) + len(r.Pair)))
 		if err := s.server.AddReveal(id, r); err != nil {
 			return err

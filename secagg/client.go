@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math"
 	"math/big"
 	"slices"
@@ -97,6 +96,8 @@ type Client struct {
 	openKeys  map[uint64][32]byte      // keys that open each of them's dealing
 	rejected  []uint64                 // neighbours whose keys it refused
 	own       [2]group.Scalar          // its own shares of b and s
+	polys     [2]polynomial            // b's and s's sharing polynomials, for disclosures
+	disclosed bool                     // whether it answered complaints
 	arrived   map[uint64]bool          // peers whose dealings reached it
 	held      map[uint64][2]group.Scalar
 	partners  []uint64
@@ -197,6 +198,7 @@ func (cl *Client) Share(keys map[uint64]Advertised) (Dealing, error) {
 	x := cl.g.points(cl.id)
 	vs := values(bPoly, sPoly, len(x))
 	cl.own = [2]group.Scalar{bPoly.at(x[cl.id]), sPoly.at(x[cl.id])}
+	cl.polys = [2]polynomial{bPoly, sPoly}
 	d := Dealing{Values: vs, Sealed: make(map[uint64][]byte, len(cl.peers))}
 	for j := range cl.peers {
 		sh := [2]group.Scalar{bPoly.at(x[j]), sPoly.at(x[j])}
@@ -241,12 +243,13 @@ func shareKey(p Params, secret []byte, from, to uint64) [32]byte {
 }
 
 // Check is step 2 (CheckShares). inbox holds the dealings the server relays
-// to the client, keyed by dealer. It opens each and checks both shares
-// against their values, keeps the right ones, and returns the dealers it
-// complains of: those whose dealing does not open under its values, is not
-// addressed from the dealer to it, or holds a wrong share; and those whose
-// keys it refused. Dealings from clients that are not neighbours are
-// ignored.
+// to the client, keyed by dealer, each one the caller has checked the dealer
+// signed (see [Client.Disclose] for why). It opens each and checks both
+// shares against their values, keeps the right ones, and returns the
+// dealers it complains of: those whose dealing does not open under its
+// values, is not addressed from the dealer to it, or holds a wrong share;
+// and those whose keys it refused. Dealings from clients that are not
+// neighbours are ignored.
 func (cl *Client) Check(inbox map[uint64]Delivery) ([]uint64, error) {
 	if cl.step != 1 {
 		return nil, errPhase
@@ -283,6 +286,48 @@ func (cl *Client) Check(inbox map[uint64]Delivery) ([]uint64, error) {
 	}
 	slices.Sort(complaints)
 	return complaints, nil
+}
+
+// Disclosure is a dealer's answer to the holders that complained of its
+// shares: the two shares it dealt each of them, in the clear, 32 bytes each,
+// keyed by holder.
+type Disclosure map[uint64][2][]byte
+
+// Disclose is step 2b, for a dealer some holders complained of: it returns
+// the shares it dealt to complainers, which the server checks against its
+// values (Feldman's complaint round). A disputed dealing is resolved before
+// any masked input is counted, so a dealer that dealt wrong shares and left
+// is dropped before masking and costs the round nothing; one that answers
+// is as recoverable as an honest one.
+//
+// A disclosed share is public. An honest holder complains of an honest
+// dealer only if the dealing it got is not the one the dealer sent, which
+// its caller rules out by checking the dealer's signature on it; so an
+// honest dealer discloses only shares of colluding holders, which the
+// server knows already. As a second line, it refuses to disclose more than
+// t−1−c shares (c the colluders its policy allows among its holders), so
+// that disclosed and colluding shares together never reach the threshold.
+func (cl *Client) Disclose(complainers []uint64) (Disclosure, error) {
+	if cl.step != 2 || cl.disclosed {
+		return nil, errPhase
+	}
+	cl.disclosed = true
+	limit := cl.threshold - 1 - colluders(cl.n, cl.degree, cl.pol.Corrupt)
+	if len(complainers) > limit {
+		return nil, fmt.Errorf("secagg: client %d: %d holders complain of its shares; it discloses at most %d (threshold %d, less the colluders its policy allows, less one)", cl.id, len(complainers), max(limit, 0), cl.threshold)
+	}
+	x := cl.g.points(cl.id)
+	d := make(Disclosure, len(complainers))
+	for _, h := range complainers {
+		if _, ok := cl.peers[h]; !ok {
+			return nil, fmt.Errorf("secagg: client %d: %d complains of its shares, but it dealt none to it", cl.id, h)
+		}
+		if _, dup := d[h]; dup {
+			return nil, fmt.Errorf("secagg: client %d: %d complains twice", cl.id, h)
+		}
+		d[h] = [2][]byte{scalarBytesOf(cl.polys[0].at(x[h])), scalarBytesOf(cl.polys[1].at(x[h]))}
+	}
+	return d, nil
 }
 
 // dealt is an opened dealing: the holder's two shares and the values they
@@ -435,9 +480,17 @@ func sub(y, m []uint64) {
 // whose lists are not sorted, disjoint and of the round's clients, that does
 // not list the client as a survivor, that leaves out one of its partners,
 // whose survivors are not connected in the graph, or where fewer than
-// threshold of its holders survived; in a sparse graph also one with so
-// many clients missing that, with the corrupt fraction of its policy, the
-// honest survivors could be disconnected (Bell et al.'s bound, at 2^-40).
+// threshold−1 of its partners survived (threshold with itself: Bonawitz et
+// al.'s U3 ⊆ U2, |U3| >= t); in a sparse graph also one with so many
+// clients missing that, with the corrupt fraction of its policy, the honest
+// survivors could be disconnected (Bell et al.'s bound, at 2^-40).
+//
+// Counting partners, not neighbours, is what keeps a server from listing
+// the partners a client masked with as dropped and other neighbours as
+// survivors, and so rebuilding both its self mask and every pair mask:
+// [MinThreshold] keeps threshold−1 above the colluders, so at least one
+// partner that survives is honest, and its mask key is never revealed (see
+// [Client.Unmask]).
 func (cl *Client) Consent(r Request) ([32]byte, error) {
 	if cl.step != 3 {
 		return [32]byte{}, errPhase
@@ -471,14 +524,14 @@ func (cl *Client) Consent(r Request) ([32]byte, error) {
 			return refuse("its partner %d is neither a survivor nor dropped", j)
 		}
 	}
-	holders := 1
-	for j := range cl.peers {
+	surviving := 0
+	for _, j := range cl.partners {
 		if alive[j] {
-			holders++
+			surviving++
 		}
 	}
-	if holders < cl.threshold {
-		return refuse("%d of its share holders survived, threshold %d", holders, cl.threshold)
+	if surviving+1 < cl.threshold {
+		return refuse("%d of its %d partners survived; threshold %d needs %d", surviving, len(cl.partners), cl.threshold, cl.threshold-1)
 	}
 	if !cl.g.connected(r.Survivors) {
 		return refuse("the %d survivors are not connected in the graph", len(r.Survivors))
@@ -493,10 +546,25 @@ func (cl *Client) Consent(r Request) ([32]byte, error) {
 }
 
 // Unmask is step 5. consenting holds the clients whose consent to the same
-// request the caller verified (the client itself among them). When at least
-// threshold of its share holders are among them, it reveals its shares of
-// the survivors' self-mask seeds and of the dropped clients' mask keys; one
-// kind of share per client, never both.
+// request the caller verified (the client itself among them); those it needs
+// are [Client.Witnesses]. It reveals its share of a survivor's self-mask
+// seed only when the request is certified for that survivor (at least
+// threshold of the survivor's share holders consented to it), and its share
+// of a dropped client's mask key only when the request is certified for the
+// dropped client and for every one of its neighbours. One kind of share per
+// client, never both; it refuses whole when the request is not certified for
+// itself.
+//
+// Why this suffices, with c < threshold colluders among any client's
+// holders and 2·threshold > holders + c ([MinThreshold]): honest clients
+// consent once, so at most one request is certified for any client. A
+// client V's self mask is revealed only under the one request R certified
+// for V, listing V as a survivor; the mask key of V's partner j only under a
+// request certified for j's neighbour V, which is R again, listing j as
+// dropped. To remove every mask from V's input the server needs both, so R
+// lists every honest partner of V as dropped; V refuses such an R (too few
+// partners survive) and the dropped partners do not consent, which leaves
+// R fewer than threshold consents among V's holders: not certified.
 func (cl *Client) Unmask(consenting []uint64) (Reveal, error) {
 	if cl.step != 4 {
 		return Reveal{}, errPhase
@@ -506,25 +574,36 @@ func (cl *Client) Unmask(consenting []uint64) (Reveal, error) {
 	for _, j := range consenting {
 		agreed[j] = true
 	}
-	n := 0
-	for _, j := range append(slices.Collect(maps.Keys(cl.peers)), cl.id) {
-		if agreed[j] {
-			n++
-		}
-	}
-	if n < cl.threshold {
+	certified := cl.g.certifier(agreed, cl.threshold)
+	if n := cl.g.consents(cl.id, agreed); n < cl.threshold {
 		return Reveal{}, fmt.Errorf("secagg: client %d: refused to unmask: %d of its share holders consented to the request, threshold %d", cl.id, n, cl.threshold)
 	}
 	r := Reveal{Self: map[uint64][]byte{cl.id: scalarBytesOf(cl.own[0])}, Pair: map[uint64][]byte{}}
 	for _, j := range cl.request.Survivors {
-		if sh, ok := cl.held[j]; ok {
+		if sh, ok := cl.held[j]; ok && certified(j) {
 			r.Self[j] = scalarBytesOf(sh[0])
 		}
 	}
 	for _, j := range cl.request.Dropped {
-		if sh, ok := cl.held[j]; ok {
+		if sh, ok := cl.held[j]; ok && certified(j) && all(cl.g.neighbours(j), certified) {
 			r.Pair[j] = scalarBytesOf(sh[1])
 		}
 	}
 	return r, nil
+}
+
+// Witnesses is the clients whose consents the client needs to see to
+// unmask what it can: the share holders of each client it holds shares of
+// and, for a dropped one, of each of its neighbours. Valid after Consent.
+func (cl *Client) Witnesses() []uint64 {
+	return cl.g.witnesses(cl.id, cl.request.Dropped)
+}
+
+func all(ids []uint64, f func(uint64) bool) bool {
+	for _, id := range ids {
+		if !f(id) {
+			return false
+		}
+	}
+	return true
 }

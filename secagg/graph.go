@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -147,6 +148,72 @@ func (g *graph) points(j uint64) map[uint64]uint64 {
 		x[h] = uint64(k + 1)
 	}
 	return x
+}
+
+// consents counts the share holders of x (its neighbours and itself) in
+// agreed.
+func (g *graph) consents(x uint64, agreed map[uint64]bool) int {
+	n := 0
+	if g.complete {
+		for j := range agreed {
+			if _, ok := g.pos[j]; ok && agreed[j] {
+				n++
+			}
+		}
+		return n
+	}
+	p, size := g.pos[x], len(g.order)
+	for d := -g.half; d <= g.half; d++ {
+		if agreed[g.order[((p+d)%size+size)%size]] {
+			n++
+		}
+	}
+	return n
+}
+
+// certifier returns whether a request is certified for a client: at least t
+// of its share holders are in agreed. It remembers its answers.
+func (g *graph) certifier(agreed map[uint64]bool, t int) func(uint64) bool {
+	known := map[uint64]bool{}
+	return func(x uint64) bool {
+		ok, seen := known[x]
+		if !seen {
+			ok = g.consents(x, agreed) >= t
+			known[x] = ok
+		}
+		return ok
+	}
+}
+
+// witnesses returns, sorted, the clients whose consents id needs in order
+// to unmask (see Client.Unmask): every client within twice the graph's
+// half-degree on the ring, the holders of its neighbours' secrets; within
+// three times it when a neighbour dropped, whose neighbours' holders count
+// too. In a complete graph, every client.
+func (g *graph) witnesses(id uint64, dropped []uint64) []uint64 {
+	radius := 2 * g.half
+	for _, j := range dropped {
+		if g.adjacent(id, j) {
+			radius = 3 * g.half
+			break
+		}
+	}
+	n := len(g.order)
+	if g.complete || 2*radius+1 >= n {
+		return slices.Clone(g.sorted())
+	}
+	p := g.pos[id]
+	out := make([]uint64, 0, 2*radius+1)
+	for d := -radius; d <= radius; d++ {
+		out = append(out, g.order[((p+d)%n+n)%n])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// sorted returns the round's clients, sorted.
+func (g *graph) sorted() []uint64 {
+	return slices.Sorted(maps.Keys(g.pos))
 }
 
 // connected reports whether the clients members lists, with the edges of

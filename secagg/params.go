@@ -11,7 +11,7 @@
 // # Protocol
 //
 // Clients are the vertices of a public neighbour graph (see [Neighbours]).
-// Each round has six steps:
+// Each round has six steps, and a seventh for disputed dealings:
 //
 //  0. AdvertiseKeys: each client makes an X25519 key pair c, to seal shares
 //     to its neighbours, and a mask key s, a ristretto255 scalar whose
@@ -24,36 +24,48 @@
 //     HKDF-SHA256 from the X25519 agreement, the session seed, the round and
 //     both ids, bound to the commitments.
 //  2. CheckShares: each client opens and checks every share it was dealt
-//     against the dealer's commitments, and names the dealers whose shares
-//     fail. The server keeps the clients that at least t holders can
-//     rebuild, and tells each its partners: the kept neighbours it
-//     exchanged shares with.
+//     (each dealing signed by its dealer, checked by the caller) against
+//     the dealer's commitments, and names the dealers whose shares fail.
+//     A dealer complained of discloses the complainers' shares in the
+//     clear, which the server checks against its commitments (Feldman's
+//     complaint round), or is left out. The server keeps the clients that
+//     dealt to every neighbour with keys, answered every complaint, and
+//     whose secrets at least t holders can rebuild, and tells each its
+//     partners: the kept neighbours it exchanged shares with.
 //  3. MaskedInput: client i sends y_i = x_i + PRG(b_i) + Σ_j ±PRG(s_ij) mod
 //     2^k over its partners j, + when i < j and − otherwise, s_ij the
 //     agreement g^{s_i s_j}. Pairwise masks cancel in the sum.
 //  4. Consistency: the server names the survivors U (sent y) and the
 //     dropped D (kept, partnered, sent no y). Each survivor checks the
-//     request (it is a survivor, the lists are disjoint, U is connected in
-//     the graph, enough of its holders survived) and consents to it; its
-//     caller signs the request's digest. Bonawitz et al. §6.
-//  5. Unmask: a survivor that sees at least t of its share holders consent
-//     to the same request reveals its shares of b_j for the j in U and of
-//     s_j for the j in D. The server checks each share against the
-//     commitments, rebuilds every secret from t right shares, and removes
-//     the self masks of U and the masks between U and D.
+//     request (it is a survivor, the lists are disjoint, every partner is
+//     in one of them, at least t−1 of its partners survive, U is connected
+//     in the graph) and consents to it; its caller signs the request's
+//     digest. Bonawitz et al. §6.
+//  5. Unmask: a survivor reveals its share of b_j for a j in U when at
+//     least t of j's share holders consented to its request, and of s_j for
+//     a j in D when that holds for j and each of j's neighbours. The
+//     server checks each share against the commitments, rebuilds every
+//     secret from t right shares, and removes the self masks of U and the
+//     masks between U and D.
 //
 // # What it protects, and under which assumptions
 //
 // Against the server and up to t−1 colluding share holders of a client, the
 // client's vector stays hidden beyond the sum of the honest survivors,
 // provided those form a connected graph (Bell et al.). A server that
-// deviates from the protocol (names different U and D to different clients,
-// drops clients at will) still learns nothing more when, as a client's
-// [Policy] demands, the threshold exceeds half of the share holders plus the
-// colluders among them: an honest holder reveals one kind of share per
-// client, so no client's b and s can both be rebuilt. Signatures and
-// identities are the caller's: package transport signs each client's keys
-// and consent with its enrolled Ed25519 key.
+// deviates from the protocol (chooses the clients and a client's partners,
+// names different U and D to different clients, drops clients at will)
+// can rebuild either a client's self mask or the pair masks on its input,
+// never both, when, as a client's [Policy] demands, the threshold exceeds
+// half of the share holders plus the colluders among them, and the
+// colluders by two: an honest client consents to one request, so at most
+// one request gathers t consents among any client's holders; the self mask
+// of V is revealed only under that request, the mask key of V's partner j
+// only under the one for j's neighbours, V among them, so the same; and no
+// request both names V a survivor and drops all its honest partners with t
+// consents among V's holders (see [Client.Unmask] for the count). Signatures
+// and identities are the caller's: package transport signs each client's
+// keys, dealings, complaints and consent with its enrolled Ed25519 key.
 //
 // Clients may drop out at any step: the sum is still recovered when every
 // survivor has t living, honest share holders among its neighbours and
@@ -223,13 +235,14 @@ func corruptCount(n int, corrupt float64) int {
 // MinThreshold is the least threshold that protects a client with
 // degree+1 share holders (its neighbours and itself) against a server that
 // deviates, with a fraction corrupt of the n clients colluding with it: with
-// c the colluders among the holders (see [Policy]), t > c, so that they
-// cannot rebuild a secret alone, and 2t > degree+1+c, so that no two
-// requests can draw t shares of a client's b from some honest holders and t
-// of its s from others (each honest holder reveals one kind), and t >= 2.
+// c the colluders among the holders (see [Policy]), t−1 > c, so that they
+// cannot rebuild a secret alone and the t−1 partners a survivor needs
+// alive include an honest one ([Client.Consent]), and 2t > degree+1+c, so
+// that no two requests can each gather t consents among a client's holders
+// (an honest client consents once), and t >= 2.
 func MinThreshold(n, degree int, corrupt float64) int {
 	c := colluders(n, degree, corrupt)
-	return max(2, c+1, (degree+1+c)/2+1)
+	return max(2, c+2, (degree+1+c)/2+1)
 }
 
 // MinDegree is the least even degree below n−1 at which a random Harary

@@ -518,7 +518,8 @@ func TestPolicy(t *testing.T) {
 		{"half of the holders", Params{Bits: 8, Threshold: 2}, 5, "threshold 2 with 5 share holders; at least 3"},
 		{"n 65 degree 10 t 4", Params{Bits: 8, Degree: 10, Threshold: 4}, 65, "threshold 4 with 11 share holders"},
 		{"n 100 degree 16 t 6", Params{Bits: 8, Degree: 16, Threshold: 6}, 100, "threshold 6 with 17 share holders"},
-		{"degree 2", Params{Bits: 8, Degree: 2, Threshold: 3}, 100, "degree 2 among 100 clients"},
+		{"degree 2", Params{Bits: 8, Degree: 2, Threshold: 3}, 100, "threshold 3 with 3 share holders; at least 4"},
+		{"degree 6", Params{Bits: 8, Degree: 6, Threshold: 7}, 100, "degree 6 among 100 clients"},
 	} {
 		_, err := NewClient(c.p, DefaultPolicy, ids[0], ids[:c.n], corr.Derive([]byte("policy"), c.name))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -576,7 +577,7 @@ func TestConsentRefusals(t *testing.T) {
 		{"unsorted", Request{Survivors: []uint64{b, a}}, "not sorted"},
 		{"stranger", Request{Survivors: append(slices.Clone(ids), 1000)}, "not in the round"},
 		{"partner missing", Request{Survivors: ids[:4]}, "neither a survivor nor dropped"},
-		{"holders", Request{Survivors: ids[:2], Dropped: ids[2:]}, "2 of its share holders survived, threshold 4"},
+		{"partners", Request{Survivors: ids[:2], Dropped: ids[2:]}, "1 of its 4 partners survived; threshold 4 needs 3"},
 	} {
 		_, cl, partners := shared(t, p, ids, "consent")
 		if _, err := cl[a].Mask(make([]uint64, 4), partners[a]); err != nil {
@@ -717,8 +718,9 @@ func TestServerRefusals(t *testing.T) {
 	}{
 		{Dealing{Values: deal[ids[1]].Values, Sealed: d.Sealed}, "another mask key"},
 		{Dealing{Values: d.Values, Sealed: short}, "dealt to 2 neighbours; threshold 4"},
-		{Dealing{Values: d.Values, Sealed: map[uint64][]byte{ids[1]: d.Sealed[ids[1]][:10], ids[2]: d.Sealed[ids[2]], ids[3]: d.Sealed[ids[3]]}}, "10 bytes"},
-		{Dealing{Values: d.Values, Sealed: map[uint64][]byte{ids[1]: d.Sealed[ids[1]], ids[2]: d.Sealed[ids[2]], 1000: d.Sealed[ids[3]]}}, "dealt to 1000"},
+		{Dealing{Values: d.Values, Sealed: map[uint64][]byte{ids[1]: d.Sealed[ids[1]], ids[2]: d.Sealed[ids[2]], ids[3]: d.Sealed[ids[3]]}}, fmt.Sprintf("dealt no shares to its neighbour %d", ids[4])},
+		{Dealing{Values: d.Values, Sealed: map[uint64][]byte{ids[1]: d.Sealed[ids[1]][:10], ids[2]: d.Sealed[ids[2]], ids[3]: d.Sealed[ids[3]], ids[4]: d.Sealed[ids[4]]}}, "10 bytes"},
+		{Dealing{Values: d.Values, Sealed: map[uint64][]byte{ids[1]: d.Sealed[ids[1]], ids[2]: d.Sealed[ids[2]], ids[3]: d.Sealed[ids[3]], ids[4]: d.Sealed[ids[4]], 1000: d.Sealed[ids[3]]}}, "dealt to 1000"},
 		{Dealing{Values: &Values{B: d.Values.B, S: d.Values.S[:3]}, Sealed: d.Sealed}, "not for its 5 holders"},
 		{Dealing{Values: &Values{B: append(slices.Clone(d.Values.B[:5]), d.Values.B[1]), S: d.Values.S}, Sealed: d.Sealed}, "not of polynomials of degree below the threshold 4"},
 	}

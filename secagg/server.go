@@ -16,7 +16,8 @@ import (
 // keeps the clients whose secrets can be rebuilt, folds masked inputs into a
 // running sum, and removes the masks. Its steps, in order: AddKeys, then
 // Keys per client; AddShares, then Deliveries per client; AddCheck, then
-// Partners per client; AddMasked; Request; AddReveal; Sum. Every Add method
+// Disputes per dealer and AddDisclosure from those complained of; Partners
+// per client; AddMasked; Request; AddReveal; Sum. Every Add method
 // refuses what an honest client cannot send, leaving the state as it was, so
 // that a refused client is simply absent from the step. It keeps
 // O(d + n·degree) state: the running sum, the keys and commitments, the
@@ -29,10 +30,12 @@ type Server struct {
 	keys       map[uint64]Advertised
 	sKeys      map[uint64]group.Element
 	values     map[uint64]*Values
-	dealtTo    map[uint64][]uint64          // each dealer's holders but itself, sorted
-	inbox      map[uint64]map[uint64][]byte // sealed dealings by holder, then dealer
-	checked    map[uint64]map[uint64]bool   // U1: each checking client's complaints
-	kept       map[uint64]bool              // the clients kept for masking
+	dealtTo    map[uint64][]uint64               // each dealer's holders but itself, sorted
+	inbox      map[uint64]map[uint64][]byte      // sealed dealings by holder, then dealer
+	checked    map[uint64]map[uint64]bool        // U1: each checking client's complaints
+	disputes   map[uint64][]uint64               // each dealer's complainers, sorted
+	disclosed  map[uint64]map[uint64][2]revealed // disputed shares, checked: dealer, holder
+	kept       map[uint64]bool                   // the clients kept for masking
 	partners   map[uint64][]uint64
 	excluded   map[uint64]string
 	sum        []uint64
@@ -50,6 +53,7 @@ const (
 	stepKeys = iota
 	stepShares
 	stepCheck
+	stepDisputes
 	stepMask
 	stepUnmask
 )
@@ -68,7 +72,8 @@ func NewServer(p Params, ids []uint64) (*Server, error) {
 		p: p, g: g, threshold: t,
 		keys: map[uint64]Advertised{}, sKeys: map[uint64]group.Element{}, values: map[uint64]*Values{},
 		dealtTo: map[uint64][]uint64{}, inbox: map[uint64]map[uint64][]byte{}, checked: map[uint64]map[uint64]bool{},
-		excluded: map[uint64]string{}, masked: map[uint64]bool{},
+		disclosed: map[uint64]map[uint64][2]revealed{},
+		excluded:  map[uint64]string{}, masked: map[uint64]bool{},
 		self: map[uint64]map[uint64]revealed{}, pair: map[uint64]map[uint64]revealed{},
 		points: map[uint64]map[uint64]uint64{}, answered: map[uint64]bool{}, wrong: map[uint64]bool{},
 		weights: map[int][]group.Scalar{},
@@ -158,10 +163,12 @@ func (s *Server) Keys(id uint64) (map[uint64]Advertised, error) {
 }
 
 // AddShares records client from's dealing: sealed shares of the exact size
-// for neighbours that advertised keys (any of them: a client may refuse a
-// neighbour's keys), at least threshold−1 of them, and values at each of its
-// holders' points whose mask-key value at 0 is the key it advertised, on
-// polynomials of degree below the threshold.
+// for every neighbour that advertised keys (the server refused any keys a
+// client could refuse; a dealer that left some holders out would leave its
+// secrets to fewer of them, and its departure could cost the round), at
+// least threshold−1 of them, and values at each of its holders' points
+// whose mask-key value at 0 is the key it advertised, on polynomials of
+// degree below the threshold.
 func (s *Server) AddShares(from uint64, d Dealing) error {
 	if s.step != stepShares {
 		return errPhase
@@ -180,6 +187,11 @@ func (s *Server) AddShares(from uint64, d Dealing) error {
 		return fmt.Errorf("secagg: client %d's commitments are to another mask key than it advertised", from)
 	case len(d.Sealed)+1 < s.threshold:
 		return fmt.Errorf("secagg: client %d dealt to %d neighbours; threshold %d needs %d", from, len(d.Sealed), s.threshold, s.threshold-1)
+	}
+	for _, j := range s.g.neighbours(from) {
+		if _, ok := s.keys[j]; ok && d.Sealed[j] == nil {
+			return fmt.Errorf("secagg: client %d dealt no shares to its neighbour %d", from, j)
+		}
 	}
 	for j, ct := range d.Sealed {
 		if _, ok := s.keys[j]; !ok || !s.g.adjacent(from, j) {
@@ -260,16 +272,94 @@ func (s *Server) AddCheck(from uint64, complaints []uint64) error {
 	return nil
 }
 
+// Disputes returns the holders that complained of dealer id's shares,
+// sorted: the dealer must disclose their shares ([Client.Disclose],
+// [Server.AddDisclosure]) or be left out of the round. The first call
+// closes the CheckShares step.
+func (s *Server) Disputes(id uint64) ([]uint64, error) {
+	if s.step < stepCheck || s.step > stepDisputes {
+		return nil, errPhase
+	}
+	if s.step == stepCheck {
+		s.openDisputes()
+	}
+	if _, ok := s.values[id]; !ok {
+		return nil, fmt.Errorf("secagg: client %d sent no shares", id)
+	}
+	return slices.Clone(s.disputes[id]), nil
+}
+
+func (s *Server) openDisputes() {
+	s.step = stepDisputes
+	s.disputes = map[uint64][]uint64{}
+	for h, c := range s.checked {
+		for j := range c {
+			s.disputes[j] = append(s.disputes[j], h)
+		}
+	}
+	for _, hs := range s.disputes {
+		slices.Sort(hs)
+	}
+}
+
+// AddDisclosure records dealer from's answer to the complaints of its
+// shares: every disputed share, each a canonical scalar matching the
+// dealer's values at its holder's point. A dealer whose answer is refused,
+// or that sends none, is left out of the round before masking.
+func (s *Server) AddDisclosure(from uint64, d Disclosure) error {
+	if s.step != stepDisputes {
+		return errPhase
+	}
+	want := s.disputes[from]
+	switch {
+	case len(want) == 0:
+		return fmt.Errorf("secagg: client %d disclosed shares no one disputed", from)
+	case s.disclosed[from] != nil:
+		return fmt.Errorf("secagg: client %d disclosed its shares twice", from)
+	case len(d) != len(want):
+		return fmt.Errorf("secagg: client %d disclosed %d shares, %d are disputed", from, len(d), len(want))
+	}
+	got := make(map[uint64][2]revealed, len(want))
+	for _, h := range want {
+		sh, ok := d[h]
+		if !ok {
+			return fmt.Errorf("secagg: client %d did not disclose its shares for %d", from, h)
+		}
+		x := s.point(from, h)
+		var r [2]revealed
+		for k, vs := range [][]group.Element{s.values[from].B, s.values[from].S} {
+			v, err := parseScalar(sh[k])
+			if err != nil {
+				return fmt.Errorf("secagg: client %d's disclosed share for %d: %w", from, h, err)
+			}
+			if !grp.NewElement().MulGen(v).IsEqual(vs[x]) {
+				return fmt.Errorf("secagg: client %d disclosed a share for %d that does not match its commitments", from, h)
+			}
+			r[k] = revealed{x: x, v: v}
+		}
+		got[h] = r
+	}
+	s.disclosed[from] = got
+	return nil
+}
+
 // Partners returns the partners of kept client id: the kept neighbours it
-// exchanged dealings with. The first call closes the CheckShares step: it
-// keeps the clients that dealt and checked whose secrets at least threshold
-// kept holders (itself included) can rebuild, and that have at least
-// threshold−1 partners, until both hold for every kept client.
+// exchanged dealings with. The first call closes the CheckShares step (and
+// disputes, if open): it keeps the clients that dealt, checked and answered
+// every complaint of their shares, whose secrets at least threshold kept
+// holders (itself included, and the disclosed shares, which the server
+// holds) can rebuild, and that have at least threshold−1 partners, until
+// all of this holds for every kept client. Since a dealer deals to every
+// neighbour with keys and answers every complaint, one that leaves is as
+// recoverable as an honest client that drops out: it costs only itself.
 func (s *Server) Partners(id uint64) ([]uint64, error) {
 	if s.step < stepCheck || s.step > stepMask {
 		return nil, errPhase
 	}
 	if s.step == stepCheck {
+		s.openDisputes()
+	}
+	if s.step == stepDisputes {
 		s.step = stepMask
 		s.keep()
 	}
@@ -292,10 +382,16 @@ func (s *Server) keep() {
 			s.excluded[j] = "it sent no check of its shares"
 		}
 	}
+	for j, hs := range s.disputes {
+		if s.kept[j] && s.disclosed[j] == nil {
+			s.excluded[j] = fmt.Sprintf("it did not answer the complaints of %d holders with its shares", len(hs))
+			delete(s.kept, j)
+		}
+	}
 	for changed := true; changed; {
 		changed = false
 		for _, j := range slices.Sorted(maps.Keys(s.kept)) {
-			holders, partners := 1, 0
+			holders, partners := 1+len(s.disclosed[j]), 0
 			for _, i := range s.dealtTo[j] {
 				if !s.kept[i] {
 					continue
@@ -309,7 +405,7 @@ func (s *Server) keep() {
 			}
 			switch {
 			case holders < s.threshold:
-				s.excluded[j] = fmt.Sprintf("%d kept holders took its shares as right, threshold %d", holders, s.threshold)
+				s.excluded[j] = fmt.Sprintf("%d kept holders took its shares as right or had them disclosed, threshold %d", holders, s.threshold)
 			case partners+1 < s.threshold:
 				s.excluded[j] = fmt.Sprintf("%d kept partners, threshold %d needs %d", partners, s.threshold, s.threshold-1)
 			default:
@@ -468,7 +564,7 @@ func (s *Server) Sum() ([]uint64, error) {
 	buf := make([]uint64, len(out))
 	ip := interpolator{}
 	for _, i := range slices.Sorted(maps.Keys(s.masked)) {
-		b, wrong, err := ip.recoverSecret(s.threshold, s.values[i].B, s.self[i])
+		b, wrong, err := ip.recoverSecret(s.threshold, s.values[i].B, s.withDisclosed(s.self[i], i, 0))
 		s.blame(wrong)
 		if err != nil {
 			return nil, fmt.Errorf("secagg: cannot rebuild survivor %d's self mask: %w", i, err)
@@ -477,7 +573,7 @@ func (s *Server) Sum() ([]uint64, error) {
 		sub(out, buf)
 	}
 	for _, j := range s.dropped {
-		sj, wrong, err := ip.recoverSecret(s.threshold, s.values[j].S, s.pair[j])
+		sj, wrong, err := ip.recoverSecret(s.threshold, s.values[j].S, s.withDisclosed(s.pair[j], j, 1))
 		s.blame(wrong)
 		if err != nil {
 			return nil, fmt.Errorf("secagg: cannot rebuild dropped client %d's mask key: %w", j, err)
@@ -500,6 +596,34 @@ func (s *Server) Sum() ([]uint64, error) {
 		out[k] &= m
 	}
 	return out, nil
+}
+
+// withDisclosed adds to the revealed shares of owner's secret (k = 0 for
+// b, 1 for s) those it disclosed, which are already checked.
+func (s *Server) withDisclosed(shares map[uint64]revealed, owner uint64, k int) map[uint64]revealed {
+	if len(s.disclosed[owner]) == 0 {
+		return shares
+	}
+	all := maps.Clone(shares)
+	if all == nil {
+		all = map[uint64]revealed{}
+	}
+	for h, r := range s.disclosed[owner] {
+		all[h] = r[k]
+	}
+	return all
+}
+
+// Witnesses returns the clients whose consents survivor id needs to see
+// ([Client.Witnesses]), for relaying them; valid once the request is made.
+func (s *Server) Witnesses(id uint64) ([]uint64, error) {
+	if s.step != stepUnmask {
+		return nil, errPhase
+	}
+	if err := s.member(id); err != nil {
+		return nil, err
+	}
+	return s.g.witnesses(id, s.dropped), nil
 }
 
 func (s *Server) blame(holders []uint64) {

@@ -50,17 +50,33 @@ const (
 	WrongReveal
 	// GarbageReveal reveals shares that are not scalars: refused whole.
 	GarbageReveal
+	// HostileDealer deals wrong shares to as many holders as the threshold
+	// spares (holders − threshold of them), so that its own share would make
+	// the threshold, then leaves without answering their complaints: it is
+	// left out before masking.
+	HostileDealer
+	// WrongDisclosure deals one neighbour a wrong share and discloses a wrong
+	// one when it complains: left out before masking.
+	WrongDisclosure
+	// OmitShares deals to only threshold−1 neighbours, so that its own share
+	// would make the threshold: refused at dealing.
+	OmitShares
+	// DiscloseThenLeave deals wrong shares as HostileDealer does, discloses
+	// the right ones, sends its masked input and leaves: its input is
+	// summed, its self mask rebuilt from its holders and the disclosed
+	// shares.
+	DiscloseThenLeave
 )
 
 // Behaviours is every Behaviour, for tests.
 var Behaviours = []Behaviour{Honest, LeaveAfterKeys, LeaveAfterShares, LeaveAfterCheck, LeaveAfterMask,
 	BadKeys, GarbageShares, WrongShares, OneWrongShare, ShortShares, ForeignCommitments, InconsistentValues,
-	FalseComplaints, ShortMasked, WrongReveal, GarbageReveal}
+	FalseComplaints, ShortMasked, WrongReveal, GarbageReveal, HostileDealer, WrongDisclosure, OmitShares, DiscloseThenLeave}
 
 // Counted reports whether a client behaving so has its input in the sum.
 func (b Behaviour) Counted() bool {
 	switch b {
-	case Honest, LeaveAfterMask, OneWrongShare, FalseComplaints, WrongReveal, GarbageReveal:
+	case Honest, LeaveAfterMask, OneWrongShare, FalseComplaints, WrongReveal, GarbageReveal, DiscloseThenLeave:
 		return true
 	}
 	return false
@@ -69,7 +85,8 @@ func (b Behaviour) Counted() bool {
 func (b Behaviour) String() string {
 	return [...]string{"honest", "leave-after-keys", "leave-after-shares", "leave-after-check", "leave-after-mask",
 		"bad-keys", "garbage-shares", "wrong-shares", "one-wrong-share", "short-shares", "foreign-commitments", "inconsistent-values",
-		"false-complaints", "short-masked", "wrong-reveal", "garbage-reveal"}[b]
+		"false-complaints", "short-masked", "wrong-reveal", "garbage-reveal", "hostile-dealer", "wrong-disclosure",
+		"omit-shares", "disclose-then-leave"}[b]
 }
 
 // Deviate makes the client deal its shares as a dishonest dealer behaving
@@ -77,11 +94,23 @@ func (b Behaviour) String() string {
 // what it sends, which its caller plays. For tests and measurements of the
 // protocol's robustness, such as [Run] and package transport's.
 func (cl *Client) Deviate(b Behaviour) {
+	nb := cl.g.neighbours(cl.id)
+	wrong := map[uint64]bool{}
 	switch b {
-	case WrongShares, OneWrongShare:
-		first := cl.g.neighbours(cl.id)[0]
+	case WrongShares:
+		for _, j := range nb {
+			wrong[j] = true
+		}
+	case OneWrongShare, WrongDisclosure:
+		wrong[nb[0]] = true
+	case HostileDealer, DiscloseThenLeave:
+		for _, j := range nb[:len(nb)+1-cl.threshold] {
+			wrong[j] = true
+		}
+	}
+	if len(wrong) > 0 {
 		cl.tamper = func(holder uint64, sh *[2]group.Scalar) {
-			if b == WrongShares || holder == first {
+			if wrong[holder] {
 				sh[0].Add(sh[0], grp.NewScalar().SetUint64(1))
 			}
 		}
@@ -162,6 +191,10 @@ func Run(p Params, inputs map[uint64][]uint64, behaviours map[uint64]Behaviour, 
 			}
 		case bad(id, ForeignCommitments):
 			d.Values.S[0] = grp.NewElement().MulGen(grp.NewScalar().SetUint64(7))
+		case bad(id, OmitShares):
+			for _, j := range slices.Sorted(maps.Keys(d.Sealed))[c.threshold-1:] {
+				delete(d.Sealed, j)
+			}
 		case bad(id, InconsistentValues):
 			last := len(d.Values.B) - 1
 			d.Values.B[last] = grp.NewElement().Add(d.Values.B[last], grp.Generator())
@@ -195,6 +228,28 @@ func Run(p Params, inputs map[uint64][]uint64, behaviours map[uint64]Behaviour, 
 	}
 	leave(LeaveAfterCheck)
 	for _, id := range slices.Sorted(maps.Keys(clients)) {
+		disputes, err := srv.Disputes(id)
+		if err != nil || len(disputes) == 0 {
+			continue
+		}
+		if bad(id, HostileDealer) {
+			delete(clients, id)
+			continue
+		}
+		d, err := clients[id].Disclose(disputes)
+		if bad(id, WrongDisclosure) {
+			for h, sh := range d {
+				d[h] = [2][]byte{sh[1], sh[0]}
+			}
+		}
+		if err == nil {
+			err = srv.AddDisclosure(id, d)
+		}
+		if err := honest(id, err); err != nil {
+			return Outcome{}, err
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(clients)) {
 		partners, err := srv.Partners(id)
 		if err == nil {
 			var y []uint64
@@ -210,6 +265,7 @@ func Run(p Params, inputs map[uint64][]uint64, behaviours map[uint64]Behaviour, 
 		}
 	}
 	leave(LeaveAfterMask)
+	leave(DiscloseThenLeave)
 	req, err := srv.Request()
 	if err != nil {
 		return Outcome{}, err
@@ -218,7 +274,10 @@ func Run(p Params, inputs map[uint64][]uint64, behaviours map[uint64]Behaviour, 
 	for _, id := range req.Survivors {
 		if c := clients[id]; c != nil {
 			if _, err := c.Consent(req); err != nil {
-				return Outcome{}, err
+				if err := honest(id, err); err != nil {
+					return Outcome{}, err
+				}
+				continue
 			}
 			consenting = append(consenting, id)
 		}
