@@ -97,6 +97,8 @@ type Client struct {
 	rejected  []uint64                 // neighbours whose keys it refused
 	own       [2]group.Scalar          // its own shares of b and s
 	polys     [2]polynomial            // b's and s's sharing polynomials, for disclosures
+	dealt     *Values                  // the commitments of its dealing
+	points    map[uint64]uint64        // its holders' points
 	disclosed bool                     // whether it answered complaints
 	arrived   map[uint64]bool          // peers whose dealings reached it
 	held      map[uint64][2]group.Scalar
@@ -199,6 +201,7 @@ func (cl *Client) Share(keys map[uint64]Advertised) (Dealing, error) {
 	vs := values(bPoly, sPoly, len(x))
 	cl.own = [2]group.Scalar{bPoly.at(x[cl.id]), sPoly.at(x[cl.id])}
 	cl.polys = [2]polynomial{bPoly, sPoly}
+	cl.dealt, cl.points = vs, x
 	d := Dealing{Values: vs, Sealed: make(map[uint64][]byte, len(cl.peers))}
 	for j := range cl.peers {
 		sh := [2]group.Scalar{bPoly.at(x[j]), sPoly.at(x[j])}
@@ -212,6 +215,13 @@ func (cl *Client) Share(keys map[uint64]Advertised) (Dealing, error) {
 		d.Sealed[j] = seal(sealKeys[j], plain, vs.holderValues(x[j]))
 	}
 	return d, nil
+}
+
+// HolderValues is the encoding of holder's two values in the client's
+// dealing: what the server relays with the holder's sealed shares, and
+// what the dealer's caller signs with them. Valid after Share.
+func (cl *Client) HolderValues(holder uint64) []byte {
+	return cl.dealt.holderValues(cl.points[holder])
 }
 
 // agree checks a neighbour's advertised keys and returns its mask key and
@@ -316,7 +326,7 @@ func (cl *Client) Disclose(complainers []uint64) (Disclosure, error) {
 	if len(complainers) > limit {
 		return nil, fmt.Errorf("secagg: client %d: %d holders complain of its shares; it discloses at most %d (threshold %d, less the colluders its policy allows, less one)", cl.id, len(complainers), max(limit, 0), cl.threshold)
 	}
-	x := cl.g.points(cl.id)
+	x := cl.points
 	d := make(Disclosure, len(complainers))
 	for _, h := range complainers {
 		if _, ok := cl.peers[h]; !ok {

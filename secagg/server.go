@@ -231,6 +231,18 @@ func (s *Server) ParseValues(from uint64, raw []byte) (*Values, error) {
 	return ParseValues(raw, len(s.g.holders(from)), S)
 }
 
+// HolderValues is the encoding of holder to's two values in dealer from's
+// values v: what the server relays with to's sealed shares.
+func (s *Server) HolderValues(from uint64, v *Values, to uint64) ([]byte, error) {
+	if err := s.member(from); err != nil {
+		return nil, err
+	}
+	if from == to || !s.g.adjacent(from, to) {
+		return nil, fmt.Errorf("secagg: client %d is not a share holder of %d", to, from)
+	}
+	return v.holderValues(s.point(from, to)), nil
+}
+
 // Deliveries returns, and forgets, the dealings addressed to client to by
 // clients that dealt. The first call closes the ShareKeys step.
 func (s *Server) Deliveries(to uint64) (map[uint64]Delivery, error) {

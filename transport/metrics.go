@@ -225,7 +225,8 @@ func (m *ServerMetrics) stats() stats.Handler {
 // first includes the clients' training.
 var securePhases = [...]string{
 	secureKeys: "secagg_keys", secureShares: "secagg_shares", secureCheck: "secagg_check",
-	secureMasked: "secagg_masked", secureConsent: "secagg_consent", secureUnmask: "secagg_unmask",
+	secureDisputes: "secagg_disputes", secureMasked: "secagg_masked", secureConsent: "secagg_consent",
+	secureUnmask: "secagg_unmask",
 }
 
 // factory makes metrics of one prefix in one registry.

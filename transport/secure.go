@@ -30,6 +30,7 @@ const (
 	secureKeys    = iota // collecting the clients' keys
 	secureShares         // collecting their dealings
 	secureCheck          // collecting their checks of the shares dealt to them
+	secureDisputes       // collecting disputed dealers' disclosures
 	secureMasked         // collecting their masked uploads
 	secureConsent        // collecting their consents to the unmask request
 	secureUnmask         // collecting their shares
@@ -47,7 +48,10 @@ type secureRound struct {
 	identity  map[uint32]ed25519.PublicKey   // each client's enrolled identity, from the round's start
 	keys      map[uint32]*pb.SecAggKeys      // step 0
 	dealt     map[uint32]bool                // step 1
-	checked   map[uint32]bool                // step 2
+	signed    map[uint32]map[uint32][]byte   // dealers' signatures of their sealed shares, by holder
+	checked   map[uint32]*pb.SecAggCheck     // step 2, signed
+	disputed  map[uint32]bool                // dealers complained of, asked to disclose
+	disclosed map[uint32]bool                // their answers
 	kept      map[uint32]bool                // given partners
 	request   secagg.Request                 // step 4
 	digest    [32]byte                       // of request
@@ -55,7 +59,6 @@ type secureRound struct {
 	consents  map[uint32][]byte              // their signatures
 	asked     map[uint32]bool                // sent their holders' consents, asked to reveal
 	revealed  map[uint32]bool                // step 5
-	neighbour func(uint64) ([]uint64, error) // the graph
 }
 
 func newSecureRound(plan *fl.Plan, roundDeadline time.Time, identity map[uint32]ed25519.PublicKey) *secureRound {
@@ -64,9 +67,9 @@ func newSecureRound(plan *fl.Plan, roundDeadline time.Time, identity map[uint32]
 		return nil
 	}
 	return &secureRound{srv: srv, params: params, link: link, due: roundDeadline, end: roundDeadline, identity: identity,
-		keys: map[uint32]*pb.SecAggKeys{}, dealt: map[uint32]bool{}, checked: map[uint32]bool{}, kept: map[uint32]bool{},
-		survivors: map[uint32]bool{}, consents: map[uint32][]byte{}, asked: map[uint32]bool{}, revealed: map[uint32]bool{},
-		neighbour: srv.Neighbours}
+		keys: map[uint32]*pb.SecAggKeys{}, dealt: map[uint32]bool{}, signed: map[uint32]map[uint32][]byte{},
+		checked: map[uint32]*pb.SecAggCheck{}, disputed: map[uint32]bool{}, disclosed: map[uint32]bool{}, kept: map[uint32]bool{},
+		survivors: map[uint32]bool{}, consents: map[uint32][]byte{}, asked: map[uint32]bool{}, revealed: map[uint32]bool{}}
 }
 
 // announce is a secure round's settings as its RoundStart carries them.
@@ -85,6 +88,24 @@ func secaggKeysSigned(runID []byte, k *pb.SecAggKeys) []byte {
 
 func secaggConsentSigned(runID []byte, round uint32, digest [32]byte) []byte {
 	return signed("secagg-consent", runID, u32(round), digest[:])
+}
+
+// secaggShareSigned is what a dealer signs of each holder's sealed shares:
+// a holder complains only of a dealing its dealer signed, so that a server
+// that alters one cannot make an honest dealer disclose an honest holder's
+// shares (secagg.Client.Disclose).
+func secaggShareSigned(runID []byte, round uint32, sh *pb.SecAggShare, values []byte) []byte {
+	return signed("secagg-share", runID, u32(round), u32(sh.GetFrom()), u32(sh.GetTo()), sh.GetCiphertext(), values)
+}
+
+// secaggCheckSigned is what a client signs of its complaints: a dealer
+// discloses only shares that their holders disputed.
+func secaggCheckSigned(runID []byte, c *pb.SecAggCheck) []byte {
+	var list []byte
+	for _, j := range c.GetComplaints() {
+		list = append(list, u32(j)...)
+	}
+	return signed("secagg-check", runID, u32(c.GetRound()), u32(c.GetClient()), list)
 }
 
 // advance moves a secure round on when its step is complete, or due: it
@@ -109,7 +130,9 @@ func (s *Server) advance(rd *serverRound, now time.Time) bool {
 			case secureShares:
 				complete = complete && (sr.keys[id] == nil || sr.dealt[id])
 			case secureCheck:
-				complete = complete && (!sr.dealt[id] || sr.checked[id])
+				complete = complete && (!sr.dealt[id] || sr.checked[id] != nil)
+			case secureDisputes:
+				complete = complete && (!sr.disputed[id] || sr.disclosed[id])
 			case secureMasked:
 				complete = complete && (!sr.kept[id] || rd.state[pos] != waiting)
 			case secureConsent:
@@ -159,15 +182,37 @@ func (s *Server) nextStep(rd *serverRound) {
 			}
 			m := &pb.SecAggShares{Round: t}
 			for _, from := range slices.Sorted(maps.Keys(in)) {
-				m.Shares = append(m.Shares, &pb.SecAggShare{From: uint32(from), To: id, Ciphertext: in[from].Sealed, Values: in[from].Values})
+				m.Shares = append(m.Shares, &pb.SecAggShare{From: uint32(from), To: id, Ciphertext: in[from].Sealed, Values: in[from].Values,
+					Signature: sr.signed[id][uint32(from)]})
 			}
+			delete(sr.signed, id)
 			s.secureSend(rd, id, &pb.ServerMessage{Body: &pb.ServerMessage_SecaggInbox{SecaggInbox: m}})
+		}
+	case secureDisputes:
+		// A dealer complained of is sent the signed complaints, and
+		// discloses the disputed shares or is left out before masking.
+		for _, id := range slices.Sorted(maps.Keys(sr.dealt)) {
+			holders, err := sr.srv.Disputes(uint64(id))
+			if err != nil {
+				fail(err)
+				return
+			}
+			if len(holders) == 0 {
+				continue
+			}
+			m := &pb.SecAggDisputes{Round: t}
+			for _, h := range holders {
+				m.Checks = append(m.Checks, sr.checked[uint32(h)])
+				m.Identities = append(m.Identities, sr.identity[uint32(h)])
+			}
+			sr.disputed[id] = true
+			s.secureSend(rd, id, &pb.ServerMessage{Body: &pb.ServerMessage_SecaggDisputes{SecaggDisputes: m}})
 		}
 	case secureMasked:
 		var left []int
 		defer func() {
 			if len(left) > 0 {
-				s.log.Printf("round %d: %d clients not kept for masking (too few of their share holders took their shares as right): %s", t, len(left), firstTen(left))
+				s.log.Printf("round %d: %d clients not kept for masking (disputed shares not disclosed, or too few of their share holders took their shares as right): %s", t, len(left), firstTen(left))
 			}
 		}()
 		for _, id := range slices.Sorted(maps.Keys(sr.checked)) {
@@ -206,20 +251,21 @@ func (s *Server) nextStep(rd *serverRound) {
 			s.secureSend(rd, uint32(id), &pb.ServerMessage{Body: &pb.ServerMessage_SecaggUnmask{SecaggUnmask: m}})
 		}
 	case secureUnmask:
-		// Each survivor that consented is sent the consents of its share
-		// holders (its neighbours and itself): it reveals only when
-		// enough of them agreed to the same request.
+		// Each survivor that consented is sent the consents it needs
+		// (secagg.Client.Witnesses): it reveals a client's share only when
+		// enough of that client's holders agreed to the same request.
 		for _, id := range slices.Sorted(maps.Keys(sr.consents)) {
-			nb, err := sr.neighbour(uint64(id))
+			witnesses, err := sr.srv.Witnesses(uint64(id))
 			if err != nil {
 				fail(err)
 				return
 			}
 			m := &pb.SecAggConsents{Round: t}
-			for _, j := range append(nb, uint64(id)) {
+			for _, j := range witnesses {
 				if sig, ok := sr.consents[uint32(j)]; ok {
 					m.Clients = append(m.Clients, uint32(j))
 					m.Signatures = append(m.Signatures, sig)
+					m.Identities = append(m.Identities, sr.identity[uint32(j)])
 				}
 			}
 			sr.asked[id] = true
@@ -250,6 +296,8 @@ func (s *Server) secureMessage(sess *session, m *pb.ClientMessage) error {
 			switch {
 			case m.GetSecaggReveal() != nil:
 				sr.revealed[sess.id] = true
+			case m.GetSecaggDisclosure() != nil:
+				sr.disclosed[sess.id] = true
 			case m.GetSecaggConsent() != nil:
 				delete(sr.survivors, sess.id)
 			case rd.state[pos] == waiting:
@@ -272,6 +320,8 @@ func (s *Server) secureStep(sess *session, m *pb.ClientMessage) (uint32, error) 
 		round = b.SecaggShares.GetRound()
 	case *pb.ClientMessage_SecaggCheck:
 		round = b.SecaggCheck.GetRound()
+	case *pb.ClientMessage_SecaggDisclosure:
+		round = b.SecaggDisclosure.GetRound()
 	case *pb.ClientMessage_SecaggConsent:
 		round = b.SecaggConsent.GetRound()
 	case *pb.ClientMessage_SecaggReveal:
@@ -313,6 +363,7 @@ func (s *Server) secureStep(sess *session, m *pb.ClientMessage) (uint32, error) 
 			return round, err
 		}
 		d := secagg.Dealing{Values: values, Sealed: map[uint64][]byte{}}
+		sigs := map[uint32][]byte{}
 		for _, sh := range b.SecaggShares.GetShares() {
 			if sh.GetFrom() != id {
 				return round, fmt.Errorf("round %d: a share from %d", round, sh.GetFrom())
@@ -320,18 +371,41 @@ func (s *Server) secureStep(sess *session, m *pb.ClientMessage) (uint32, error) 
 			if _, dup := d.Sealed[uint64(sh.GetTo())]; dup {
 				return round, fmt.Errorf("round %d: two shares for %d", round, sh.GetTo())
 			}
+			// A holder ignores a dealing its dealer did not sign, which
+			// would then count as right without being so.
+			hv, err := sr.srv.HolderValues(uint64(id), values, uint64(sh.GetTo()))
+			if err != nil {
+				return round, err
+			}
+			if err := verify(sr.identity[id], secaggShareSigned(s.runID, round, sh, hv), sh.GetSignature()); err != nil {
+				return round, fmt.Errorf("round %d: its shares for %d: %w", round, sh.GetTo(), err)
+			}
 			d.Sealed[uint64(sh.GetTo())] = sh.GetCiphertext()
+			sigs[sh.GetTo()] = sh.GetSignature()
 		}
 		if err := sr.srv.AddShares(uint64(id), d); err != nil {
 			return round, err
 		}
+		for to, sig := range sigs {
+			if sr.signed[to] == nil {
+				sr.signed[to] = map[uint32][]byte{}
+			}
+			sr.signed[to][id] = sig
+		}
 		sr.dealt[id] = true
 	case *pb.ClientMessage_SecaggCheck:
-		if sr.step != secureCheck {
+		c := b.SecaggCheck
+		switch {
+		case sr.step != secureCheck:
 			return round, wrongStep("a check")
+		case c.GetClient() != id:
+			return round, fmt.Errorf("round %d: a check for client %d", round, c.GetClient())
+		}
+		if err := verify(sr.identity[id], secaggCheckSigned(s.runID, c), c.GetSignature()); err != nil {
+			return round, fmt.Errorf("round %d: check: %w", round, err)
 		}
 		var complaints []uint64
-		for _, j := range b.SecaggCheck.GetComplaints() {
+		for _, j := range c.GetComplaints() {
 			complaints = append(complaints, uint64(j))
 		}
 		if err := sr.srv.AddCheck(uint64(id), complaints); err != nil {
@@ -340,7 +414,23 @@ func (s *Server) secureStep(sess *session, m *pb.ClientMessage) (uint32, error) 
 		if len(complaints) > 0 {
 			s.log.Printf("round %d: client %d found wrong shares from %v", round, id, complaints)
 		}
-		sr.checked[id] = true
+		sr.checked[id] = c
+	case *pb.ClientMessage_SecaggDisclosure:
+		if sr.step != secureDisputes || !sr.disputed[id] {
+			return round, wrongStep("a disclosure")
+		}
+		if sr.disclosed[id] {
+			return round, fmt.Errorf("round %d: a second disclosure", round)
+		}
+		sr.disclosed[id] = true
+		d := secagg.Disclosure{}
+		for _, sh := range b.SecaggDisclosure.GetShares() {
+			d[uint64(sh.GetHolder())] = [2][]byte{sh.GetB(), sh.GetS()}
+		}
+		if err := sr.srv.AddDisclosure(uint64(id), d); err != nil {
+			return round, err
+		}
+		s.log.Printf("round %d: client %d disclosed the %d shares its holders disputed; they match its commitments", round, id, len(d))
 	case *pb.ClientMessage_SecaggConsent:
 		switch {
 		case sr.step != secureConsent || !sr.survivors[id]:

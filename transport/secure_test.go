@@ -145,7 +145,7 @@ func (h *hostile) round(b secagg.Behaviour) error {
 		return err
 	}
 	shares := &pb.SecAggShares{Round: t, Values: d.Values.Bytes()}
-	for _, to := range slices.Sorted(maps.Keys(d.Sealed)) {
+	for k, to := range slices.Sorted(maps.Keys(d.Sealed)) {
 		ct := d.Sealed[to]
 		switch b {
 		case secagg.GarbageShares:
@@ -153,7 +153,12 @@ func (h *hostile) round(b secagg.Behaviour) error {
 		case secagg.ShortShares:
 			ct = ct[1:]
 		}
-		shares.Shares = append(shares.Shares, &pb.SecAggShare{From: h.id, To: uint32(to), Ciphertext: ct})
+		if b == secagg.OmitShares && k >= int(sa.GetThreshold())-1 {
+			break
+		}
+		sh := &pb.SecAggShare{From: h.id, To: uint32(to), Ciphertext: ct}
+		sh.Signature = ed25519.Sign(h.key, secaggShareSigned(h.r.hello.GetRunId(), t, sh, cl.HolderValues(to)))
+		shares.Shares = append(shares.Shares, sh)
 	}
 	if b == secagg.InconsistentValues {
 		g, _ := group.Ristretto255.Generator().MarshalBinaryCompress()
@@ -163,7 +168,7 @@ func (h *hostile) round(b secagg.Behaviour) error {
 		return err
 	}
 	switch b {
-	case secagg.LeaveAfterShares, secagg.ShortShares, secagg.InconsistentValues:
+	case secagg.LeaveAfterShares, secagg.ShortShares, secagg.InconsistentValues, secagg.OmitShares:
 		return h.leave()
 	}
 	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggInbox() != nil }); err != nil {
@@ -180,19 +185,47 @@ func (h *hostile) round(b secagg.Behaviour) error {
 	if b == secagg.FalseComplaints {
 		complaints = slices.Sorted(maps.Keys(inbox))
 	}
-	check := &pb.SecAggCheck{Round: t}
+	check := &pb.SecAggCheck{Round: t, Client: h.id}
 	for _, j := range complaints {
 		check.Complaints = append(check.Complaints, uint32(j))
 	}
+	check.Signature = ed25519.Sign(h.key, secaggCheckSigned(h.r.hello.GetRunId(), check))
 	if err := h.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggCheck{SecaggCheck: check}}); err != nil {
 		return err
 	}
 	switch b {
-	case secagg.LeaveAfterCheck, secagg.GarbageShares, secagg.WrongShares:
+	case secagg.LeaveAfterCheck, secagg.GarbageShares, secagg.WrongShares, secagg.HostileDealer:
 		return h.leave()
 	}
-	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggPartners() != nil }); err != nil {
+	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggPartners() != nil || m.GetSecaggDisputes() != nil }); err != nil {
 		return err
+	}
+	if ds := m.GetSecaggDisputes(); ds != nil {
+		var holders []uint64
+		for _, c := range ds.GetChecks() {
+			holders = append(holders, uint64(c.GetClient()))
+		}
+		disclosed, err := cl.Disclose(holders)
+		if err != nil {
+			return err
+		}
+		dm := &pb.SecAggDisclosure{Round: t}
+		for _, hd := range holders {
+			sh := disclosed[hd]
+			if b == secagg.WrongDisclosure {
+				sh[0], sh[1] = sh[1], sh[0]
+			}
+			dm.Shares = append(dm.Shares, &pb.SecAggDisclosed{Holder: uint32(hd), B: sh[0], S: sh[1]})
+		}
+		if err := h.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggDisclosure{SecaggDisclosure: dm}}); err != nil {
+			return err
+		}
+		if b == secagg.WrongDisclosure {
+			return h.leave()
+		}
+		if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggPartners() != nil }); err != nil {
+			return err
+		}
 	}
 	var partners []uint64
 	for _, j := range m.GetSecaggPartners().GetPartners() {
@@ -214,7 +247,7 @@ func (h *hostile) round(b secagg.Behaviour) error {
 	if accepted := m.GetReceipt().GetAccepted(); accepted != (b != secagg.ShortMasked) {
 		return fmt.Errorf("masked upload accepted %v: %s", accepted, m.GetReceipt().GetError())
 	}
-	if b == secagg.LeaveAfterMask || b == secagg.ShortMasked {
+	if b == secagg.LeaveAfterMask || b == secagg.ShortMasked || b == secagg.DiscloseThenLeave {
 		return h.leave()
 	}
 	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggUnmask() != nil }); err != nil {

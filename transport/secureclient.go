@@ -128,9 +128,13 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 		c.log.Printf("round %d: left out neighbours %v, whose keys are not valid", t, r)
 	}
 	shares := &pb.SecAggShares{Round: t, Values: d.Values.Bytes()}
-	for _, to := range slices.Sorted(maps.Keys(d.Sealed)) {
-		shares.Shares = append(shares.Shares, &pb.SecAggShare{From: self, To: uint32(to), Ciphertext: d.Sealed[to]})
-	}
+	c.busy(func() {
+		for _, to := range slices.Sorted(maps.Keys(d.Sealed)) {
+			sh := &pb.SecAggShare{From: self, To: uint32(to), Ciphertext: d.Sealed[to]}
+			sh.Signature = ed25519.Sign(c.cfg.Key, secaggShareSigned(runID, t, sh, cl.HolderValues(to)))
+			shares.Shares = append(shares.Shares, sh)
+		}
+	})
 	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: shares}}); err != nil {
 		return nil, err
 	}
@@ -140,21 +144,32 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	if m2 == nil {
 		return next, err
 	}
-	inbox := map[uint64]secagg.Delivery{}
-	for _, sh := range m2.GetSecaggInbox().GetShares() {
-		if sh.GetTo() == self {
+	var complaints []uint64
+	c.busy(func() {
+		inbox := map[uint64]secagg.Delivery{}
+		for _, sh := range m2.GetSecaggInbox().GetShares() {
+			if sh.GetTo() != self {
+				continue
+			}
+			// A dealing its dealer did not sign was altered on the way:
+			// complaining of it would make an honest dealer disclose this
+			// client's shares to the server.
+			if err := verify(identities[sh.GetFrom()], secaggShareSigned(runID, t, sh, sh.GetValues()), sh.GetSignature()); err != nil {
+				c.log.Printf("round %d: the dealing relayed from %d is not the one it signed (%v): left out, not complained of", t, sh.GetFrom(), err)
+				continue
+			}
 			inbox[uint64(sh.GetFrom())] = secagg.Delivery{Values: sh.GetValues(), Sealed: sh.GetCiphertext()}
 		}
-	}
-	var complaints []uint64
-	c.busy(func() { complaints, err = cl.Check(inbox) })
+		complaints, err = cl.Check(inbox)
+	})
 	if err != nil {
 		return nil, &badRound{err}
 	}
-	check := &pb.SecAggCheck{Round: t}
+	check := &pb.SecAggCheck{Round: t, Client: self}
 	for _, j := range complaints {
 		check.Complaints = append(check.Complaints, uint32(j))
 	}
+	check.Signature = ed25519.Sign(c.cfg.Key, secaggCheckSigned(runID, check))
 	if len(complaints) > 0 {
 		c.log.Printf("round %d: the shares of %v are wrong", t, complaints)
 	}
@@ -162,9 +177,22 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 		return nil, err
 	}
 
-	m3, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggPartners().GetRound() == t })
+	m3, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool {
+		return m.GetSecaggPartners().GetRound() == t || m.GetSecaggDisputes().GetRound() == t
+	})
 	if m3 == nil {
 		return next, err
+	}
+	if ds := m3.GetSecaggDisputes(); ds != nil {
+		if err := c.disclose(stream, runID, t, cl, identities, ds); err != nil {
+			if errors.Is(err, errDeclined) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		if m3, next, err = c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggPartners().GetRound() == t }); m3 == nil {
+			return next, err
+		}
 	}
 	var partners []uint64
 	for _, j := range m3.GetSecaggPartners().GetPartners() {
@@ -222,7 +250,7 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 			if i >= len(cs.GetSignatures()) || j == self {
 				continue
 			}
-			if err := verify(identities[j], secaggConsentSigned(runID, t, digest), cs.GetSignatures()[i]); err == nil {
+			if err := verify(c.identity(j, identities, cs.GetIdentities(), i), secaggConsentSigned(runID, t, digest), cs.GetSignatures()[i]); err == nil {
 				consenting = append(consenting, uint64(j))
 			}
 		}
@@ -244,6 +272,56 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	}
 	c.routine("round %d: %d holders consented; revealed its shares for %d survivors and %d dropped clients", t, len(consenting), len(r.Self), len(r.Pair))
 	return nil, nil
+}
+
+// errDeclined is a round the client leaves, having said why in its log.
+var errDeclined = errors.New("declined")
+
+// disclose answers the complaints of the client's shares: it checks each
+// relayed check was signed by its holder and names the client, and sends
+// the disputed shares. A client that will not disclose them (more
+// complaints than its policy allows, see secagg.Client.Disclose) takes no
+// further part in the round: the server leaves it out before masking.
+func (c *Client) disclose(stream pb.Federation_SessionClient, runID []byte, t uint32, cl *secagg.Client, identities map[uint32]ed25519.PublicKey, ds *pb.SecAggDisputes) error {
+	self := uint32(c.cfg.ID)
+	var complainers []uint64
+	for i, check := range ds.GetChecks() {
+		h := check.GetClient()
+		if err := verify(c.identity(h, identities, ds.GetIdentities(), i), secaggCheckSigned(runID, check), check.GetSignature()); err != nil || check.GetRound() != t || !slices.Contains(check.GetComplaints(), self) {
+			c.log.Printf("round %d: a complaint of its shares from %d that %d did not sign: ignored", t, h, h)
+			continue
+		}
+		complainers = append(complainers, uint64(h))
+	}
+	slices.Sort(complainers)
+	complainers = slices.Compact(complainers)
+	d, err := cl.Disclose(complainers)
+	if err != nil {
+		c.log.Printf("round %d: %v; it leaves the round", t, err)
+		return errDeclined
+	}
+	m := &pb.SecAggDisclosure{Round: t}
+	for _, h := range complainers {
+		m.Shares = append(m.Shares, &pb.SecAggDisclosed{Holder: uint32(h), B: d[h][0], S: d[h][1]})
+	}
+	c.log.Printf("round %d: %d holders complained of its shares; it disclosed theirs", t, len(complainers))
+	return stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggDisclosure{SecaggDisclosure: m}})
+}
+
+// identity is the identity that client j's signature must verify under:
+// from the roster where the client has one; else a neighbour's, as relayed
+// with its keys; else as relayed with the signature (relayed[i]).
+func (c *Client) identity(j uint32, neighbours map[uint32]ed25519.PublicKey, relayed [][]byte, i int) ed25519.PublicKey {
+	if c.cfg.Roster != nil {
+		return c.cfg.Roster[j]
+	}
+	if id, ok := neighbours[j]; ok {
+		return id
+	}
+	if i < len(relayed) {
+		return relayed[i]
+	}
+	return nil
 }
 
 // peers checks the relayed keys of the client's neighbours: each signed by

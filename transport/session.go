@@ -398,7 +398,7 @@ func (s *Server) handle(sess *session, m *pb.ClientMessage) {
 		}
 		sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Receipt{Receipt: r}})
 	case *pb.ClientMessage_SecaggKeys, *pb.ClientMessage_SecaggShares, *pb.ClientMessage_SecaggCheck,
-		*pb.ClientMessage_SecaggConsent, *pb.ClientMessage_SecaggReveal:
+		*pb.ClientMessage_SecaggConsent, *pb.ClientMessage_SecaggReveal, *pb.ClientMessage_SecaggDisclosure:
 		err = s.secureMessage(sess, m)
 	case *pb.ClientMessage_Decline:
 		err = s.decline(sess, b.Decline)

@@ -45,6 +45,7 @@ type ClientMessage struct {
 	//	*ClientMessage_SecaggCheck
 	//	*ClientMessage_SecaggConsent
 	//	*ClientMessage_Decline
+	//	*ClientMessage_SecaggDisclosure
 	Body          isClientMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -177,6 +178,15 @@ func (x *ClientMessage) GetDecline() *Decline {
 	return nil
 }
 
+func (x *ClientMessage) GetSecaggDisclosure() *SecAggDisclosure {
+	if x != nil {
+		if x, ok := x.Body.(*ClientMessage_SecaggDisclosure); ok {
+			return x.SecaggDisclosure
+		}
+	}
+	return nil
+}
+
 type isClientMessage_Body interface {
 	isClientMessage_Body()
 }
@@ -221,6 +231,10 @@ type ClientMessage_Decline struct {
 	Decline *Decline `protobuf:"bytes,10,opt,name=decline,proto3,oneof"`
 }
 
+type ClientMessage_SecaggDisclosure struct {
+	SecaggDisclosure *SecAggDisclosure `protobuf:"bytes,11,opt,name=secagg_disclosure,json=secaggDisclosure,proto3,oneof"`
+}
+
 func (*ClientMessage_Join) isClientMessage_Body() {}
 
 func (*ClientMessage_KeyShare) isClientMessage_Body() {}
@@ -241,6 +255,8 @@ func (*ClientMessage_SecaggConsent) isClientMessage_Body() {}
 
 func (*ClientMessage_Decline) isClientMessage_Body() {}
 
+func (*ClientMessage_SecaggDisclosure) isClientMessage_Body() {}
+
 type ServerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Body:
@@ -258,6 +274,7 @@ type ServerMessage struct {
 	//	*ServerMessage_SecaggUnmask
 	//	*ServerMessage_SecaggPartners
 	//	*ServerMessage_SecaggConsents
+	//	*ServerMessage_SecaggDisputes
 	Body          isServerMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -417,6 +434,15 @@ func (x *ServerMessage) GetSecaggConsents() *SecAggConsents {
 	return nil
 }
 
+func (x *ServerMessage) GetSecaggDisputes() *SecAggDisputes {
+	if x != nil {
+		if x, ok := x.Body.(*ServerMessage_SecaggDisputes); ok {
+			return x.SecaggDisputes
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Body interface {
 	isServerMessage_Body()
 }
@@ -473,6 +499,10 @@ type ServerMessage_SecaggConsents struct {
 	SecaggConsents *SecAggConsents `protobuf:"bytes,13,opt,name=secagg_consents,json=secaggConsents,proto3,oneof"`
 }
 
+type ServerMessage_SecaggDisputes struct {
+	SecaggDisputes *SecAggDisputes `protobuf:"bytes,14,opt,name=secagg_disputes,json=secaggDisputes,proto3,oneof"`
+}
+
 func (*ServerMessage_Hello) isServerMessage_Body() {}
 
 func (*ServerMessage_Welcome) isServerMessage_Body() {}
@@ -498,6 +528,8 @@ func (*ServerMessage_SecaggUnmask) isServerMessage_Body() {}
 func (*ServerMessage_SecaggPartners) isServerMessage_Body() {}
 
 func (*ServerMessage_SecaggConsents) isServerMessage_Body() {}
+
+func (*ServerMessage_SecaggDisputes) isServerMessage_Body() {}
 
 // Hello opens a session.
 type Hello struct {
@@ -1151,10 +1183,12 @@ func (x *Upload) GetMasked() []byte {
 // RoundStart. A secure round runs, after each client has trained and
 // encoded: its keys (SecAggKeys), the neighbours' keys relayed
 // (SecAggPeers), its dealing (SecAggShares), the dealings addressed to it
-// (SecAggInbox), its complaints (SecAggCheck), its partners
-// (SecAggPartners), its masked upload, and, once the uploads are in, the
-// request to unmask (SecAggUnmask), its signed consent (SecAggConsent), its
-// holders' consents (SecAggConsents) and its shares (SecAggReveal).
+// (SecAggInbox), its complaints (SecAggCheck), the complaints of its own
+// shares (SecAggDisputes) and the disputed shares (SecAggDisclosure), its
+// partners (SecAggPartners), its masked upload, and, once the uploads are
+// in, the request to unmask (SecAggUnmask), its signed consent
+// (SecAggConsent), the consents it needs (SecAggConsents) and its shares
+// (SecAggReveal).
 type SecAgg struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Bits          uint32                 `protobuf:"varint,1,opt,name=bits,proto3" json:"bits,omitempty"`              // k: the masked fields live in Z_2^k
@@ -1386,7 +1420,8 @@ type SecAggShare struct {
 	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
 	To            uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
 	Ciphertext    []byte                 `protobuf:"bytes,3,opt,name=ciphertext,proto3" json:"ciphertext,omitempty"`
-	Values        []byte                 `protobuf:"bytes,4,opt,name=values,proto3" json:"values,omitempty"` // in a delivery: the holder's two committed values
+	Values        []byte                 `protobuf:"bytes,4,opt,name=values,proto3" json:"values,omitempty"`       // in a delivery: the holder's two committed values
+	Signature     []byte                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"` // the dealer's Ed25519 over the secagg-share context, run id, round,
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1445,6 +1480,13 @@ func (x *SecAggShare) GetCiphertext() []byte {
 func (x *SecAggShare) GetValues() []byte {
 	if x != nil {
 		return x.Values
+	}
+	return nil
+}
+
+func (x *SecAggShare) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
 	}
 	return nil
 }
@@ -1512,11 +1554,14 @@ func (x *SecAggShares) GetValues() []byte {
 	return nil
 }
 
-// SecAggCheck names the dealers whose shares a client found wrong.
+// SecAggCheck names the dealers whose shares a client found wrong, signed
+// so that the server cannot make a dealer disclose shares no one disputed.
 type SecAggCheck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
 	Complaints    []uint32               `protobuf:"varint,2,rep,packed,name=complaints,proto3" json:"complaints,omitempty"`
+	Client        uint32                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"` // Ed25519 over the secagg-check context, run id, round, client, complaints
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1565,6 +1610,196 @@ func (x *SecAggCheck) GetComplaints() []uint32 {
 	return nil
 }
 
+func (x *SecAggCheck) GetClient() uint32 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *SecAggCheck) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// SecAggDisputes relays to a dealer the signed checks that complain of its
+// shares.
+type SecAggDisputes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Checks        []*SecAggCheck         `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
+	Identities    [][]byte               `protobuf:"bytes,3,rep,name=identities,proto3" json:"identities,omitempty"` // identities[i] signed checks[i]
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggDisputes) Reset() {
+	*x = SecAggDisputes{}
+	mi := &file_fedpq_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggDisputes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggDisputes) ProtoMessage() {}
+
+func (x *SecAggDisputes) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggDisputes.ProtoReflect.Descriptor instead.
+func (*SecAggDisputes) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SecAggDisputes) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggDisputes) GetChecks() []*SecAggCheck {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *SecAggDisputes) GetIdentities() [][]byte {
+	if x != nil {
+		return x.Identities
+	}
+	return nil
+}
+
+// SecAggDisclosure is a dealer's answer to the complaints of its shares:
+// the two shares it dealt each complainer, in the clear.
+type SecAggDisclosure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Shares        []*SecAggDisclosed     `protobuf:"bytes,2,rep,name=shares,proto3" json:"shares,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggDisclosure) Reset() {
+	*x = SecAggDisclosure{}
+	mi := &file_fedpq_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggDisclosure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggDisclosure) ProtoMessage() {}
+
+func (x *SecAggDisclosure) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggDisclosure.ProtoReflect.Descriptor instead.
+func (*SecAggDisclosure) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SecAggDisclosure) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *SecAggDisclosure) GetShares() []*SecAggDisclosed {
+	if x != nil {
+		return x.Shares
+	}
+	return nil
+}
+
+type SecAggDisclosed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holder        uint32                 `protobuf:"varint,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	B             []byte                 `protobuf:"bytes,2,opt,name=b,proto3" json:"b,omitempty"` // its share of the self-mask seed, 32 bytes
+	S             []byte                 `protobuf:"bytes,3,opt,name=s,proto3" json:"s,omitempty"` // its share of the mask key, 32 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecAggDisclosed) Reset() {
+	*x = SecAggDisclosed{}
+	mi := &file_fedpq_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecAggDisclosed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecAggDisclosed) ProtoMessage() {}
+
+func (x *SecAggDisclosed) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecAggDisclosed.ProtoReflect.Descriptor instead.
+func (*SecAggDisclosed) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SecAggDisclosed) GetHolder() uint32 {
+	if x != nil {
+		return x.Holder
+	}
+	return 0
+}
+
+func (x *SecAggDisclosed) GetB() []byte {
+	if x != nil {
+		return x.B
+	}
+	return nil
+}
+
+func (x *SecAggDisclosed) GetS() []byte {
+	if x != nil {
+		return x.S
+	}
+	return nil
+}
+
 // SecAggPartners names the neighbours a kept client masks with.
 type SecAggPartners struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1576,7 +1811,7 @@ type SecAggPartners struct {
 
 func (x *SecAggPartners) Reset() {
 	*x = SecAggPartners{}
-	mi := &file_fedpq_proto_msgTypes[17]
+	mi := &file_fedpq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1823,7 @@ func (x *SecAggPartners) String() string {
 func (*SecAggPartners) ProtoMessage() {}
 
 func (x *SecAggPartners) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[17]
+	mi := &file_fedpq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1836,7 @@ func (x *SecAggPartners) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggPartners.ProtoReflect.Descriptor instead.
 func (*SecAggPartners) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{17}
+	return file_fedpq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SecAggPartners) GetRound() uint32 {
@@ -1631,7 +1866,7 @@ type SecAggUnmask struct {
 
 func (x *SecAggUnmask) Reset() {
 	*x = SecAggUnmask{}
-	mi := &file_fedpq_proto_msgTypes[18]
+	mi := &file_fedpq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1878,7 @@ func (x *SecAggUnmask) String() string {
 func (*SecAggUnmask) ProtoMessage() {}
 
 func (x *SecAggUnmask) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[18]
+	mi := &file_fedpq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1891,7 @@ func (x *SecAggUnmask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggUnmask.ProtoReflect.Descriptor instead.
 func (*SecAggUnmask) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{18}
+	return file_fedpq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SecAggUnmask) GetRound() uint32 {
@@ -1692,7 +1927,7 @@ type SecAggConsent struct {
 
 func (x *SecAggConsent) Reset() {
 	*x = SecAggConsent{}
-	mi := &file_fedpq_proto_msgTypes[19]
+	mi := &file_fedpq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1939,7 @@ func (x *SecAggConsent) String() string {
 func (*SecAggConsent) ProtoMessage() {}
 
 func (x *SecAggConsent) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[19]
+	mi := &file_fedpq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1952,7 @@ func (x *SecAggConsent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggConsent.ProtoReflect.Descriptor instead.
 func (*SecAggConsent) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{19}
+	return file_fedpq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SecAggConsent) GetRound() uint32 {
@@ -1734,19 +1969,22 @@ func (x *SecAggConsent) GetSignature() []byte {
 	return nil
 }
 
-// SecAggConsents relays to a survivor the consents of its share holders.
+// SecAggConsents relays to a survivor the consents it needs
+// (secagg.Client.Witnesses): of its neighbours' share holders, and of a
+// dropped neighbour's neighbours' holders.
 type SecAggConsents struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Round         uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
 	Clients       []uint32               `protobuf:"varint,2,rep,packed,name=clients,proto3" json:"clients,omitempty"`
 	Signatures    [][]byte               `protobuf:"bytes,3,rep,name=signatures,proto3" json:"signatures,omitempty"`
+	Identities    [][]byte               `protobuf:"bytes,4,rep,name=identities,proto3" json:"identities,omitempty"` // identities[i] signed signatures[i]
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SecAggConsents) Reset() {
 	*x = SecAggConsents{}
-	mi := &file_fedpq_proto_msgTypes[20]
+	mi := &file_fedpq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1996,7 @@ func (x *SecAggConsents) String() string {
 func (*SecAggConsents) ProtoMessage() {}
 
 func (x *SecAggConsents) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[20]
+	mi := &file_fedpq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +2009,7 @@ func (x *SecAggConsents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggConsents.ProtoReflect.Descriptor instead.
 func (*SecAggConsents) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{20}
+	return file_fedpq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SecAggConsents) GetRound() uint32 {
@@ -1795,6 +2033,13 @@ func (x *SecAggConsents) GetSignatures() [][]byte {
 	return nil
 }
 
+func (x *SecAggConsents) GetIdentities() [][]byte {
+	if x != nil {
+		return x.Identities
+	}
+	return nil
+}
+
 // Decline tells the server that the client takes no part in a round: its
 // policy refused the round's settings, or it answered the round before.
 type Decline struct {
@@ -1807,7 +2052,7 @@ type Decline struct {
 
 func (x *Decline) Reset() {
 	*x = Decline{}
-	mi := &file_fedpq_proto_msgTypes[21]
+	mi := &file_fedpq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2064,7 @@ func (x *Decline) String() string {
 func (*Decline) ProtoMessage() {}
 
 func (x *Decline) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[21]
+	mi := &file_fedpq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2077,7 @@ func (x *Decline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decline.ProtoReflect.Descriptor instead.
 func (*Decline) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{21}
+	return file_fedpq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Decline) GetRound() uint32 {
@@ -1860,7 +2105,7 @@ type SecAggSecret struct {
 
 func (x *SecAggSecret) Reset() {
 	*x = SecAggSecret{}
-	mi := &file_fedpq_proto_msgTypes[22]
+	mi := &file_fedpq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2117,7 @@ func (x *SecAggSecret) String() string {
 func (*SecAggSecret) ProtoMessage() {}
 
 func (x *SecAggSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[22]
+	mi := &file_fedpq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2130,7 @@ func (x *SecAggSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggSecret.ProtoReflect.Descriptor instead.
 func (*SecAggSecret) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{22}
+	return file_fedpq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SecAggSecret) GetOwner() uint32 {
@@ -1914,7 +2159,7 @@ type SecAggReveal struct {
 
 func (x *SecAggReveal) Reset() {
 	*x = SecAggReveal{}
-	mi := &file_fedpq_proto_msgTypes[23]
+	mi := &file_fedpq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2171,7 @@ func (x *SecAggReveal) String() string {
 func (*SecAggReveal) ProtoMessage() {}
 
 func (x *SecAggReveal) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[23]
+	mi := &file_fedpq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2184,7 @@ func (x *SecAggReveal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggReveal.ProtoReflect.Descriptor instead.
 func (*SecAggReveal) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{23}
+	return file_fedpq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SecAggReveal) GetRound() uint32 {
@@ -1975,7 +2220,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_fedpq_proto_msgTypes[24]
+	mi := &file_fedpq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2232,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[24]
+	mi := &file_fedpq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2245,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{24}
+	return file_fedpq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Receipt) GetRound() uint32 {
@@ -2034,7 +2279,7 @@ type Finished struct {
 
 func (x *Finished) Reset() {
 	*x = Finished{}
-	mi := &file_fedpq_proto_msgTypes[25]
+	mi := &file_fedpq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2291,7 @@ func (x *Finished) String() string {
 func (*Finished) ProtoMessage() {}
 
 func (x *Finished) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[25]
+	mi := &file_fedpq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2304,7 @@ func (x *Finished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finished.ProtoReflect.Descriptor instead.
 func (*Finished) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{25}
+	return file_fedpq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Finished) GetRounds() uint32 {
@@ -2073,7 +2318,7 @@ var File_fedpq_proto protoreflect.FileDescriptor
 
 const file_fedpq_proto_rawDesc = "" +
 	"\n" +
-	"\vfedpq.proto\x12\bfedpq.v1\"\xac\x04\n" +
+	"\vfedpq.proto\x12\bfedpq.v1\"\xf7\x04\n" +
 	"\rClientMessage\x12$\n" +
 	"\x04join\x18\x01 \x01(\v2\x0e.fedpq.v1.JoinH\x00R\x04join\x121\n" +
 	"\tkey_share\x18\x02 \x01(\v2\x12.fedpq.v1.KeyShareH\x00R\bkeyShare\x12*\n" +
@@ -2086,8 +2331,9 @@ const file_fedpq_proto_rawDesc = "" +
 	"\fsecagg_check\x18\b \x01(\v2\x15.fedpq.v1.SecAggCheckH\x00R\vsecaggCheck\x12@\n" +
 	"\x0esecagg_consent\x18\t \x01(\v2\x17.fedpq.v1.SecAggConsentH\x00R\rsecaggConsent\x12-\n" +
 	"\adecline\x18\n" +
-	" \x01(\v2\x11.fedpq.v1.DeclineH\x00R\adeclineB\x06\n" +
-	"\x04body\"\xf9\x05\n" +
+	" \x01(\v2\x11.fedpq.v1.DeclineH\x00R\adecline\x12I\n" +
+	"\x11secagg_disclosure\x18\v \x01(\v2\x1a.fedpq.v1.SecAggDisclosureH\x00R\x10secaggDisclosureB\x06\n" +
+	"\x04body\"\xbe\x06\n" +
 	"\rServerMessage\x12'\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0f.fedpq.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\awelcome\x18\x02 \x01(\v2\x11.fedpq.v1.WelcomeH\x00R\awelcome\x127\n" +
@@ -2104,7 +2350,8 @@ const file_fedpq_proto_rawDesc = "" +
 	" \x01(\v2\x16.fedpq.v1.SecAggSharesH\x00R\vsecaggInbox\x12=\n" +
 	"\rsecagg_unmask\x18\v \x01(\v2\x16.fedpq.v1.SecAggUnmaskH\x00R\fsecaggUnmask\x12C\n" +
 	"\x0fsecagg_partners\x18\f \x01(\v2\x18.fedpq.v1.SecAggPartnersH\x00R\x0esecaggPartners\x12C\n" +
-	"\x0fsecagg_consents\x18\r \x01(\v2\x18.fedpq.v1.SecAggConsentsH\x00R\x0esecaggConsentsB\x06\n" +
+	"\x0fsecagg_consents\x18\r \x01(\v2\x18.fedpq.v1.SecAggConsentsH\x00R\x0esecaggConsents\x12C\n" +
+	"\x0fsecagg_disputes\x18\x0e \x01(\v2\x18.fedpq.v1.SecAggDisputesH\x00R\x0esecaggDisputesB\x06\n" +
 	"\x04body\"u\n" +
 	"\x05Hello\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\fR\x05runId\x12\x1c\n" +
@@ -2183,23 +2430,39 @@ const file_fedpq_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\v2\x14.fedpq.v1.SecAggKeysR\x04keys\x12\x1e\n" +
 	"\n" +
 	"identities\x18\x03 \x03(\fR\n" +
-	"identities\"i\n" +
+	"identities\"\x87\x01\n" +
 	"\vSecAggShare\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x1e\n" +
 	"\n" +
 	"ciphertext\x18\x03 \x01(\fR\n" +
 	"ciphertext\x12\x16\n" +
-	"\x06values\x18\x04 \x01(\fR\x06values\"k\n" +
+	"\x06values\x18\x04 \x01(\fR\x06values\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\"k\n" +
 	"\fSecAggShares\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12-\n" +
 	"\x06shares\x18\x02 \x03(\v2\x15.fedpq.v1.SecAggShareR\x06shares\x12\x16\n" +
-	"\x06values\x18\x03 \x01(\fR\x06values\"C\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\"y\n" +
 	"\vSecAggCheck\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1e\n" +
 	"\n" +
 	"complaints\x18\x02 \x03(\rR\n" +
-	"complaints\"B\n" +
+	"complaints\x12\x16\n" +
+	"\x06client\x18\x03 \x01(\rR\x06client\x12\x1c\n" +
+	"\tsignature\x18\x04 \x01(\fR\tsignature\"u\n" +
+	"\x0eSecAggDisputes\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12-\n" +
+	"\x06checks\x18\x02 \x03(\v2\x15.fedpq.v1.SecAggCheckR\x06checks\x12\x1e\n" +
+	"\n" +
+	"identities\x18\x03 \x03(\fR\n" +
+	"identities\"[\n" +
+	"\x10SecAggDisclosure\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x121\n" +
+	"\x06shares\x18\x02 \x03(\v2\x19.fedpq.v1.SecAggDisclosedR\x06shares\"E\n" +
+	"\x0fSecAggDisclosed\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\rR\x06holder\x12\f\n" +
+	"\x01b\x18\x02 \x01(\fR\x01b\x12\f\n" +
+	"\x01s\x18\x03 \x01(\fR\x01s\"B\n" +
 	"\x0eSecAggPartners\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1a\n" +
 	"\bpartners\x18\x02 \x03(\rR\bpartners\"\\\n" +
@@ -2209,13 +2472,16 @@ const file_fedpq_proto_rawDesc = "" +
 	"\adropped\x18\x03 \x03(\rR\adropped\"C\n" +
 	"\rSecAggConsent\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\fR\tsignature\"`\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\x80\x01\n" +
 	"\x0eSecAggConsents\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x18\n" +
 	"\aclients\x18\x02 \x03(\rR\aclients\x12\x1e\n" +
 	"\n" +
 	"signatures\x18\x03 \x03(\fR\n" +
-	"signatures\"7\n" +
+	"signatures\x12\x1e\n" +
+	"\n" +
+	"identities\x18\x04 \x03(\fR\n" +
+	"identities\"7\n" +
 	"\aDecline\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\":\n" +
@@ -2248,34 +2514,37 @@ func file_fedpq_proto_rawDescGZIP() []byte {
 	return file_fedpq_proto_rawDescData
 }
 
-var file_fedpq_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_fedpq_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_fedpq_proto_goTypes = []any{
-	(*ClientMessage)(nil),  // 0: fedpq.v1.ClientMessage
-	(*ServerMessage)(nil),  // 1: fedpq.v1.ServerMessage
-	(*Hello)(nil),          // 2: fedpq.v1.Hello
-	(*Join)(nil),           // 3: fedpq.v1.Join
-	(*Welcome)(nil),        // 4: fedpq.v1.Welcome
-	(*Range)(nil),          // 5: fedpq.v1.Range
-	(*RoundStart)(nil),     // 6: fedpq.v1.RoundStart
-	(*KeyShare)(nil),       // 7: fedpq.v1.KeyShare
-	(*Sealed)(nil),         // 8: fedpq.v1.Sealed
-	(*PartnerGone)(nil),    // 9: fedpq.v1.PartnerGone
-	(*Upload)(nil),         // 10: fedpq.v1.Upload
-	(*SecAgg)(nil),         // 11: fedpq.v1.SecAgg
-	(*SecAggKeys)(nil),     // 12: fedpq.v1.SecAggKeys
-	(*SecAggPeers)(nil),    // 13: fedpq.v1.SecAggPeers
-	(*SecAggShare)(nil),    // 14: fedpq.v1.SecAggShare
-	(*SecAggShares)(nil),   // 15: fedpq.v1.SecAggShares
-	(*SecAggCheck)(nil),    // 16: fedpq.v1.SecAggCheck
-	(*SecAggPartners)(nil), // 17: fedpq.v1.SecAggPartners
-	(*SecAggUnmask)(nil),   // 18: fedpq.v1.SecAggUnmask
-	(*SecAggConsent)(nil),  // 19: fedpq.v1.SecAggConsent
-	(*SecAggConsents)(nil), // 20: fedpq.v1.SecAggConsents
-	(*Decline)(nil),        // 21: fedpq.v1.Decline
-	(*SecAggSecret)(nil),   // 22: fedpq.v1.SecAggSecret
-	(*SecAggReveal)(nil),   // 23: fedpq.v1.SecAggReveal
-	(*Receipt)(nil),        // 24: fedpq.v1.Receipt
-	(*Finished)(nil),       // 25: fedpq.v1.Finished
+	(*ClientMessage)(nil),    // 0: fedpq.v1.ClientMessage
+	(*ServerMessage)(nil),    // 1: fedpq.v1.ServerMessage
+	(*Hello)(nil),            // 2: fedpq.v1.Hello
+	(*Join)(nil),             // 3: fedpq.v1.Join
+	(*Welcome)(nil),          // 4: fedpq.v1.Welcome
+	(*Range)(nil),            // 5: fedpq.v1.Range
+	(*RoundStart)(nil),       // 6: fedpq.v1.RoundStart
+	(*KeyShare)(nil),         // 7: fedpq.v1.KeyShare
+	(*Sealed)(nil),           // 8: fedpq.v1.Sealed
+	(*PartnerGone)(nil),      // 9: fedpq.v1.PartnerGone
+	(*Upload)(nil),           // 10: fedpq.v1.Upload
+	(*SecAgg)(nil),           // 11: fedpq.v1.SecAgg
+	(*SecAggKeys)(nil),       // 12: fedpq.v1.SecAggKeys
+	(*SecAggPeers)(nil),      // 13: fedpq.v1.SecAggPeers
+	(*SecAggShare)(nil),      // 14: fedpq.v1.SecAggShare
+	(*SecAggShares)(nil),     // 15: fedpq.v1.SecAggShares
+	(*SecAggCheck)(nil),      // 16: fedpq.v1.SecAggCheck
+	(*SecAggDisputes)(nil),   // 17: fedpq.v1.SecAggDisputes
+	(*SecAggDisclosure)(nil), // 18: fedpq.v1.SecAggDisclosure
+	(*SecAggDisclosed)(nil),  // 19: fedpq.v1.SecAggDisclosed
+	(*SecAggPartners)(nil),   // 20: fedpq.v1.SecAggPartners
+	(*SecAggUnmask)(nil),     // 21: fedpq.v1.SecAggUnmask
+	(*SecAggConsent)(nil),    // 22: fedpq.v1.SecAggConsent
+	(*SecAggConsents)(nil),   // 23: fedpq.v1.SecAggConsents
+	(*Decline)(nil),          // 24: fedpq.v1.Decline
+	(*SecAggSecret)(nil),     // 25: fedpq.v1.SecAggSecret
+	(*SecAggReveal)(nil),     // 26: fedpq.v1.SecAggReveal
+	(*Receipt)(nil),          // 27: fedpq.v1.Receipt
+	(*Finished)(nil),         // 28: fedpq.v1.Finished
 }
 var file_fedpq_proto_depIdxs = []int32{
 	3,  // 0: fedpq.v1.ClientMessage.join:type_name -> fedpq.v1.Join
@@ -2284,36 +2553,40 @@ var file_fedpq_proto_depIdxs = []int32{
 	10, // 3: fedpq.v1.ClientMessage.upload:type_name -> fedpq.v1.Upload
 	12, // 4: fedpq.v1.ClientMessage.secagg_keys:type_name -> fedpq.v1.SecAggKeys
 	15, // 5: fedpq.v1.ClientMessage.secagg_shares:type_name -> fedpq.v1.SecAggShares
-	23, // 6: fedpq.v1.ClientMessage.secagg_reveal:type_name -> fedpq.v1.SecAggReveal
+	26, // 6: fedpq.v1.ClientMessage.secagg_reveal:type_name -> fedpq.v1.SecAggReveal
 	16, // 7: fedpq.v1.ClientMessage.secagg_check:type_name -> fedpq.v1.SecAggCheck
-	19, // 8: fedpq.v1.ClientMessage.secagg_consent:type_name -> fedpq.v1.SecAggConsent
-	21, // 9: fedpq.v1.ClientMessage.decline:type_name -> fedpq.v1.Decline
-	2,  // 10: fedpq.v1.ServerMessage.hello:type_name -> fedpq.v1.Hello
-	4,  // 11: fedpq.v1.ServerMessage.welcome:type_name -> fedpq.v1.Welcome
-	6,  // 12: fedpq.v1.ServerMessage.round_start:type_name -> fedpq.v1.RoundStart
-	7,  // 13: fedpq.v1.ServerMessage.partner_key:type_name -> fedpq.v1.KeyShare
-	8,  // 14: fedpq.v1.ServerMessage.partner_sealed:type_name -> fedpq.v1.Sealed
-	9,  // 15: fedpq.v1.ServerMessage.partner_gone:type_name -> fedpq.v1.PartnerGone
-	24, // 16: fedpq.v1.ServerMessage.receipt:type_name -> fedpq.v1.Receipt
-	25, // 17: fedpq.v1.ServerMessage.finished:type_name -> fedpq.v1.Finished
-	13, // 18: fedpq.v1.ServerMessage.secagg_peers:type_name -> fedpq.v1.SecAggPeers
-	15, // 19: fedpq.v1.ServerMessage.secagg_inbox:type_name -> fedpq.v1.SecAggShares
-	18, // 20: fedpq.v1.ServerMessage.secagg_unmask:type_name -> fedpq.v1.SecAggUnmask
-	17, // 21: fedpq.v1.ServerMessage.secagg_partners:type_name -> fedpq.v1.SecAggPartners
-	20, // 22: fedpq.v1.ServerMessage.secagg_consents:type_name -> fedpq.v1.SecAggConsents
-	5,  // 23: fedpq.v1.RoundStart.ranges:type_name -> fedpq.v1.Range
-	11, // 24: fedpq.v1.RoundStart.secagg:type_name -> fedpq.v1.SecAgg
-	12, // 25: fedpq.v1.SecAggPeers.keys:type_name -> fedpq.v1.SecAggKeys
-	14, // 26: fedpq.v1.SecAggShares.shares:type_name -> fedpq.v1.SecAggShare
-	22, // 27: fedpq.v1.SecAggReveal.self:type_name -> fedpq.v1.SecAggSecret
-	22, // 28: fedpq.v1.SecAggReveal.pair:type_name -> fedpq.v1.SecAggSecret
-	0,  // 29: fedpq.v1.Federation.Session:input_type -> fedpq.v1.ClientMessage
-	1,  // 30: fedpq.v1.Federation.Session:output_type -> fedpq.v1.ServerMessage
-	30, // [30:31] is the sub-list for method output_type
-	29, // [29:30] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	22, // 8: fedpq.v1.ClientMessage.secagg_consent:type_name -> fedpq.v1.SecAggConsent
+	24, // 9: fedpq.v1.ClientMessage.decline:type_name -> fedpq.v1.Decline
+	18, // 10: fedpq.v1.ClientMessage.secagg_disclosure:type_name -> fedpq.v1.SecAggDisclosure
+	2,  // 11: fedpq.v1.ServerMessage.hello:type_name -> fedpq.v1.Hello
+	4,  // 12: fedpq.v1.ServerMessage.welcome:type_name -> fedpq.v1.Welcome
+	6,  // 13: fedpq.v1.ServerMessage.round_start:type_name -> fedpq.v1.RoundStart
+	7,  // 14: fedpq.v1.ServerMessage.partner_key:type_name -> fedpq.v1.KeyShare
+	8,  // 15: fedpq.v1.ServerMessage.partner_sealed:type_name -> fedpq.v1.Sealed
+	9,  // 16: fedpq.v1.ServerMessage.partner_gone:type_name -> fedpq.v1.PartnerGone
+	27, // 17: fedpq.v1.ServerMessage.receipt:type_name -> fedpq.v1.Receipt
+	28, // 18: fedpq.v1.ServerMessage.finished:type_name -> fedpq.v1.Finished
+	13, // 19: fedpq.v1.ServerMessage.secagg_peers:type_name -> fedpq.v1.SecAggPeers
+	15, // 20: fedpq.v1.ServerMessage.secagg_inbox:type_name -> fedpq.v1.SecAggShares
+	21, // 21: fedpq.v1.ServerMessage.secagg_unmask:type_name -> fedpq.v1.SecAggUnmask
+	20, // 22: fedpq.v1.ServerMessage.secagg_partners:type_name -> fedpq.v1.SecAggPartners
+	23, // 23: fedpq.v1.ServerMessage.secagg_consents:type_name -> fedpq.v1.SecAggConsents
+	17, // 24: fedpq.v1.ServerMessage.secagg_disputes:type_name -> fedpq.v1.SecAggDisputes
+	5,  // 25: fedpq.v1.RoundStart.ranges:type_name -> fedpq.v1.Range
+	11, // 26: fedpq.v1.RoundStart.secagg:type_name -> fedpq.v1.SecAgg
+	12, // 27: fedpq.v1.SecAggPeers.keys:type_name -> fedpq.v1.SecAggKeys
+	14, // 28: fedpq.v1.SecAggShares.shares:type_name -> fedpq.v1.SecAggShare
+	16, // 29: fedpq.v1.SecAggDisputes.checks:type_name -> fedpq.v1.SecAggCheck
+	19, // 30: fedpq.v1.SecAggDisclosure.shares:type_name -> fedpq.v1.SecAggDisclosed
+	25, // 31: fedpq.v1.SecAggReveal.self:type_name -> fedpq.v1.SecAggSecret
+	25, // 32: fedpq.v1.SecAggReveal.pair:type_name -> fedpq.v1.SecAggSecret
+	0,  // 33: fedpq.v1.Federation.Session:input_type -> fedpq.v1.ClientMessage
+	1,  // 34: fedpq.v1.Federation.Session:output_type -> fedpq.v1.ServerMessage
+	34, // [34:35] is the sub-list for method output_type
+	33, // [33:34] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_fedpq_proto_init() }
@@ -2332,6 +2605,7 @@ func file_fedpq_proto_init() {
 		(*ClientMessage_SecaggCheck)(nil),
 		(*ClientMessage_SecaggConsent)(nil),
 		(*ClientMessage_Decline)(nil),
+		(*ClientMessage_SecaggDisclosure)(nil),
 	}
 	file_fedpq_proto_msgTypes[1].OneofWrappers = []any{
 		(*ServerMessage_Hello)(nil),
@@ -2347,6 +2621,7 @@ func file_fedpq_proto_init() {
 		(*ServerMessage_SecaggUnmask)(nil),
 		(*ServerMessage_SecaggPartners)(nil),
 		(*ServerMessage_SecaggConsents)(nil),
+		(*ServerMessage_SecaggDisputes)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2354,7 +2629,7 @@ func file_fedpq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fedpq_proto_rawDesc), len(file_fedpq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
