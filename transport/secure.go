@@ -27,13 +27,13 @@ import (
 
 // Steps of a secure round, at the server.
 const (
-	secureKeys    = iota // collecting the clients' keys
-	secureShares         // collecting their dealings
-	secureCheck          // collecting their checks of the shares dealt to them
-	secureDisputes       // collecting disputed dealers' disclosures
-	secureMasked         // collecting their masked uploads
-	secureConsent        // collecting their consents to the unmask request
-	secureUnmask         // collecting their shares
+	secureKeys     = iota // collecting the clients' keys
+	secureShares          // collecting their dealings
+	secureCheck           // collecting their checks of the shares dealt to them
+	secureDisputes        // collecting disputed dealers' disclosures
+	secureMasked          // collecting their masked uploads
+	secureConsent         // collecting their consents to the unmask request
+	secureUnmask          // collecting their shares
 	secureDone
 )
 
@@ -43,22 +43,22 @@ type secureRound struct {
 	params    secagg.Params
 	link      [32]byte // the round's beacon link
 	step      int
-	due       time.Time                      // the step's deadline
-	end       time.Time                      // the round's deadline, past which no step's is moved
-	identity  map[uint32]ed25519.PublicKey   // each client's enrolled identity, from the round's start
-	keys      map[uint32]*pb.SecAggKeys      // step 0
-	dealt     map[uint32]bool                // step 1
-	signed    map[uint32]map[uint32][]byte   // dealers' signatures of their sealed shares, by holder
-	checked   map[uint32]*pb.SecAggCheck     // step 2, signed
-	disputed  map[uint32]bool                // dealers complained of, asked to disclose
-	disclosed map[uint32]bool                // their answers
-	kept      map[uint32]bool                // given partners
-	request   secagg.Request                 // step 4
-	digest    [32]byte                       // of request
-	survivors map[uint32]bool                // asked to consent
-	consents  map[uint32][]byte              // their signatures
-	asked     map[uint32]bool                // sent their holders' consents, asked to reveal
-	revealed  map[uint32]bool                // step 5
+	due       time.Time                    // the step's deadline
+	end       time.Time                    // the round's deadline, past which no step's is moved
+	identity  map[uint32]ed25519.PublicKey // each client's enrolled identity, from the round's start
+	keys      map[uint32]*pb.SecAggKeys    // step 0
+	dealt     map[uint32]bool              // step 1
+	signed    map[uint32]map[uint32][]byte // dealers' signatures of their sealed shares, by holder
+	checked   map[uint32]*pb.SecAggCheck   // step 2, signed
+	disputed  map[uint32]bool              // dealers complained of, asked to disclose
+	disclosed map[uint32]bool              // their answers
+	kept      map[uint32]bool              // given partners
+	request   secagg.Request               // step 4
+	digest    [32]byte                     // of request
+	survivors map[uint32]bool              // asked to consent
+	consents  map[uint32][]byte            // their signatures
+	asked     map[uint32]bool              // sent their holders' consents, asked to reveal
+	revealed  map[uint32]bool              // step 5
 }
 
 func newSecureRound(plan *fl.Plan, roundDeadline time.Time, identity map[uint32]ed25519.PublicKey) *secureRound {
