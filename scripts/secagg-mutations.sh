@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Applies, one at a time, each change to package secagg that breaks the
-# protocol's privacy or robustness, runs the package's tests, and prints the
-# top-level tests that fail: each mutation must make at least one fail.
-# secagg/ is restored after each (it must have no uncommitted change).
-# About 2.5 minutes on 2 cores.
+# Applies, one at a time, each change to package secagg (or to the client
+# in transport) that breaks the protocol's privacy or robustness, runs the
+# package's tests, and prints the top-level tests that fail: each mutation
+# must make at least one fail. The package is restored after each (secagg/
+# and transport/ must have no uncommitted change). About 2.5 minutes on 2
+# cores.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if ! git diff --quiet -- secagg/; then
-  echo "secagg/ has uncommitted changes; commit or stash them first" >&2; exit 2
+if ! git diff --quiet -- secagg/ transport/; then
+  echo "secagg/ or transport/ has uncommitted changes; commit or stash them first" >&2; exit 2
 fi
 status=0
 ok=1
@@ -22,17 +23,18 @@ if old not in s:
 open(path, "w").write(s.replace(old, new, 1))
 PY
 }
-# check NAME: runs the tests on the edits applied, restores secagg/.
+# check NAME [PKG [RUN]]: runs the tests of PKG (secagg by default; those
+# matching RUN, if given) on the edits applied, restores PKG/.
 check() {
-  local out failed
+  local out failed pkg=${2:-secagg}
   if [ $ok = 0 ]; then echo "$1: DID NOT APPLY"; status=1
-  elif ! go vet ./secagg/ >/dev/null 2>&1; then echo "$1: DOES NOT COMPILE"; status=1
+  elif ! go vet "./$pkg/" >/dev/null 2>&1; then echo "$1: DOES NOT COMPILE"; status=1
   else
-    out=$(go test -count=1 ./secagg/ 2>&1)
+    out=$(go test -count=1 "./$pkg/" -run "${3:-.}" 2>&1)
     failed=$(echo "$out" | grep -E '^--- FAIL' | sed -E 's/^--- FAIL: ([^ ]+).*/\1/' | paste -sd' ')
     if [ -z "$failed" ]; then echo "$1: NOT CAUGHT"; status=1; else echo "$1: caught by $failed"; fi
   fi
-  git checkout -q -- secagg/
+  git checkout -q -- "$pkg/"
   ok=1
 }
 
@@ -79,5 +81,8 @@ check "the server does not check revealed shares"
 
 apply secagg/params.go 'return max(2, c+1, (degree+1+c)/2+1)' 'return max(2, c+1)'
 check "threshold not above half the holders"
+
+apply transport/client.go 'if id := runID([]byte(hello.GetConfigYaml())); !bytes.Equal(hello.GetRunId(), id) {' 'if id := runID([]byte(hello.GetConfigYaml())); false {'
+check "the run id unchecked" transport '^(TestClientPolicy|TestAskedAgain|TestReplayNewRunID)$'
 
 exit $status

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -16,14 +17,18 @@ import (
 // weights the server's estimated update moves by exactly what the attack
 // says: sign-flip changes the mean by -2(u0 + u1)/8 and scale:3 by
 // +2(u0 + u1)/8 (u0, u1 the attackers' honest updates, which each client
-// computes alike in every run from its own seed), so the two moves are
-// opposite, to float32 rounding. Label-flip attackers, who train on
+// computes alike in every run of one configuration, whose id its seed is
+// bound to), so the two moves are opposite, to float32 rounding. Label-flip attackers, who train on
 // flipped labels, move it too. An extreme corbin attacker, paired with an
 // honest client, is counted as well.
 func TestByzantineClients(t *testing.T) {
+	out := t.TempDir() // one directory: the runs of none are of one configuration
 	deploy := func(mechanism string, attack fl.Attack) []float32 {
 		c := runConfig(t, mechanism, 8, 1)
-		c.Weighting = "mean"
+		c.Weighting, c.Out = "mean", out
+		if err := os.RemoveAll(out); err != nil {
+			t.Fatal(err)
+		}
 		ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
 		var cs []*testClient
 		for k := range 8 {

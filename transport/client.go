@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -45,8 +46,8 @@ type ClientConfig struct {
 	// identities; without it, it takes them from the server.
 	Roster Roster
 	// Secret seeds the client's own randomness (its LDP coins, X25519 keys
-	// and local shuffling); nil draws it from crypto/rand, as a deployment
-	// should. The server never learns it.
+	// and local shuffling), bound to each run's id; nil draws it from
+	// crypto/rand, as a deployment should. The server never learns it.
 	Secret []byte
 	Creds  credentials.TransportCredentials
 	// RetryFor is how long the client keeps reconnecting to a server it
@@ -84,6 +85,9 @@ type Client struct {
 	// handshake, for a TLS client, is why its last TLS handshake failed.
 	handshake *lastError
 	secret    []byte
+	// runSecret, secret bound to the run's id, is what the client's draws
+	// in the run derive from.
+	runSecret []byte
 	log       *log.Logger
 	yaml      string // the run's configuration, from the first Hello
 	su        *experiment.Setup
@@ -184,6 +188,17 @@ func (c *Client) Run(ctx context.Context) (_ *pb.Finished, err error) {
 	}
 }
 
+// runSecret is what a client's randomness in the run named id derives
+// from: its own secret bound to the id. A server that runs the same
+// settings again under a new id (with another out directory, which the
+// id's hash covers) then gets fresh coins, training order and pair keys,
+// not round t's message again: with the same message, two secure sums over
+// client sets that differ by one client would give that client's message.
+func runSecret(secret, id []byte) []byte {
+	k := corr.Key(secret, "run "+hex.EncodeToString(id))
+	return k[:]
+}
+
 // permanent reports an error that reconnecting will not cure: the server
 // refused the client, the client cannot do what the run asks, or it and
 // the server disagree on TLS.
@@ -252,6 +267,10 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	if hello == nil {
 		return nil, false, errors.New("the server did not open with a Hello")
 	}
+	if id := runID([]byte(hello.GetConfigYaml())); !bytes.Equal(hello.GetRunId(), id) {
+		return nil, false, &setupError{fmt.Errorf("the server names its run %x, but the configuration it sent is run %x: a run's id is its configuration's hash", hello.GetRunId(), id)}
+	}
+	c.runSecret = runSecret(c.secret, hello.GetRunId())
 	first, began := c.su == nil, time.Now()
 	if err := c.prepare(hello.GetConfigYaml()); err != nil {
 		return nil, false, err
@@ -488,7 +507,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 		return nil, &badRound{err}
 	}
 	deadline := time.Now().Add(time.Duration(rs.GetTimeLeftMilli()) * time.Millisecond)
-	slot := mech.Slot{Private: corr.Derive(c.secret, "private", uint64(t))}
+	slot := mech.Slot{Private: corr.Derive(c.runSecret, "private", uint64(t))}
 	switch c.m.Coupling() {
 	case mech.Grouped, mech.Dithered:
 		if len(rs.GetSharedKey()) != 32 {
@@ -509,7 +528,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 		if partner == int32(c.cfg.ID) || int(partner) >= c.cfg.Clients {
 			return nil, &badRound{fmt.Errorf("partner %d", partner)}
 		}
-		if me, err = corr.NewIdentity(corr.Key(c.secret, "x25519", uint64(t))); err != nil {
+		if me, err = corr.NewIdentity(corr.Key(c.runSecret, "x25519", uint64(t))); err != nil {
 			return nil, err
 		}
 		pub := me.Public()
@@ -550,7 +569,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	var payloads [][]byte
 	c.busy(func() {
 		start := time.Now()
-		payloads, err = c.cfg.Byzantine.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot, corr.Derive(c.secret, "byzantine-constant"))
+		payloads, err = c.cfg.Byzantine.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot, corr.Derive(c.runSecret, "byzantine-constant"))
 		c.cfg.Metrics.encoded(time.Since(start))
 	})
 	if err != nil {
@@ -599,7 +618,7 @@ func (c *Client) train(ctx context.Context, t uint32, global [][]float32, deadli
 	}
 	train := c.su.Data.Train
 	return c.tr.Train(ctx, global, train.X, c.labels, c.su.Clients[0], model.TrainConfig{
-		Epochs: c.su.Engine.Epochs, Batch: c.su.Engine.Batch, Seed: corr.Derive(c.secret, "local", uint64(t)).Uint64(),
+		Epochs: c.su.Engine.Epochs, Batch: c.su.Engine.Batch, Seed: corr.Derive(c.runSecret, "local", uint64(t)).Uint64(),
 		Client: c.cfg.ID, Round: int(t), ProxMu: c.su.Engine.ProxMu,
 	})
 }
@@ -706,7 +725,7 @@ func (c *Client) pair(ctx context.Context, stream pb.Federation_SessionClient, i
 	}
 	if leader {
 		bits := make([]byte, n)
-		corr.Derive(c.secret, "leader-bits", uint64(t)).Read(bits)
+		corr.Derive(c.runSecret, "leader-bits", uint64(t)).Read(bits)
 		if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Sealed{Sealed: &pb.Sealed{
 			Round: t, Client: self, Partner: partner, Ciphertext: p.Seal(bits),
 		}}}); err != nil {

@@ -16,7 +16,10 @@ import (
 // across its own restarts: each run's beacon commitment (a server that
 // restarts a run with another is refused), and the rounds it answered (a
 // server that asks for one again is refused: two sums over client sets
-// that differ by one client would give that client's message).
+// that differ by one client would give that client's message). The record
+// is per run id; a round asked for again under another id is answered
+// with randomness bound to that id (runSecret), so never with the same
+// message.
 type clientState struct {
 	path string // "" keeps it in memory only
 	// disk, if not nil, is shared by a fleet's clients: a token is held

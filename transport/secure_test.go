@@ -10,6 +10,7 @@ import (
 	"log"
 	"maps"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -370,47 +371,30 @@ func TestSecureBehaviours(t *testing.T) {
 }
 
 // TestSecureDeployment: a server and 8 clients run a secure round of
-// ldpq. One client leaves after it checked its shares and before its
-// masked upload, one after its masked upload and before it answers the
-// unmask request; the round ends with the exact sum of the 7 uploads: the
-// same model, bit for bit, as the same round without secure aggregation.
+// ldpq, twice under one configuration: one run id, so each honest client
+// sends the same message both times. In the first, client 6 leaves after
+// it checked its shares, and client 7 after its masked upload and before
+// it answers the unmask request; in the second, 6 leaves after its keys
+// and 7 stays. Both end with the exact sum of the same 7 uploads: the same
+// model, bit for bit, from masks drawn afresh.
 func TestSecureDeployment(t *testing.T) {
-	model := func(secure bool) [32]byte {
-		c := runConfig(t, "ldpq", 8, 1)
-		c.Weighting, c.SecureAggregation = "mean", secure
+	c := runConfig(t, "ldpq", 8, 1)
+	c.Weighting, c.SecureAggregation = "mean", true
+	model := func(six, seven secagg.Behaviour, dropped int) [32]byte {
+		if err := os.RemoveAll(c.Dir()); err != nil { // the same directory: the same configuration
+			t.Fatal(err)
+		}
 		ts := serve(t, ServerConfig{Run: c, KeyShareTimeout: 10 * time.Second}, "127.0.0.1:0")
 		errc := make(chan error, 2)
-		if secure {
-			for _, hb := range []struct {
-				id uint32
-				b  secagg.Behaviour
-			}{{6, secagg.LeaveAfterCheck}, {7, secagg.LeaveAfterMask}} {
-				h, err := newHostile(t, ts.addr, hb.id, 8, ts.srv.su.Model.NumParams())
-				if err != nil {
-					t.Fatal(err)
-				}
-				go func() { errc <- h.play([]secagg.Behaviour{hb.b}) }()
-			}
-		} else {
-			before, after := dial(t, ts.addr), dial(t, ts.addr)
-			if err := before.join(6, 8, token); err != nil {
+		for _, hb := range []struct {
+			id uint32
+			b  secagg.Behaviour
+		}{{6, six}, {7, seven}} {
+			h, err := newHostile(t, ts.addr, hb.id, 8, ts.srv.su.Model.NumParams())
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := after.join(7, 8, token); err != nil {
-				t.Fatal(err)
-			}
-			go func() {
-				before.next(t, func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil })
-				errc <- before.stream.CloseSend()
-			}()
-			go func() {
-				rs := after.next(t, func(m *pb.ServerMessage) bool { return m.GetRoundStart() != nil }).GetRoundStart()
-				var zero [][]byte
-				for _, g := range rs.GetGlobal() {
-					zero = append(zero, make([]byte, (len(g)/4+7)/8))
-				}
-				errc <- after.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: 1, Payloads: zero, Loss: 0.5}}})
-			}()
+			go func() { errc <- h.play([]secagg.Behaviour{hb.b}) }()
 		}
 		var honest []*testClient
 		for k := range 6 {
@@ -426,19 +410,19 @@ func TestSecureDeployment(t *testing.T) {
 			h.wait(t)
 		}
 		if got := fmt.Sprint(rounds(t, c.Dir())); got != "[7]" || sum.Rounds != 1 {
-			t.Errorf("secure %v: uploads per round %s, want [7]", secure, got)
+			t.Errorf("6 %v, 7 %v: uploads per round %s, want [7]", six, seven, got)
+		}
+		if want := fmt.Sprintf("unmasking the sum of 7 clients' uploads; %d dropped after sharing their keys", dropped); !strings.Contains(ts.log.String(), want) {
+			t.Errorf("6 %v, 7 %v: the server did not log %q:\n%s", six, seven, want, ts.log)
 		}
 		st, err := fl.LoadState(c.Dir() + "/" + experiment.CheckpointFile)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if secure && !strings.Contains(ts.log.String(), "unmasking the sum of 7 clients' uploads; 1 dropped after sharing their keys") {
-			t.Errorf("the server did not unmask 7 uploads with 1 dropped:\n%s", ts.log)
-		}
 		return fl.Hash(st.Global)
 	}
-	if model(true) != model(false) {
-		t.Error("the secure round's model differs from the plain round's")
+	if model(secagg.LeaveAfterCheck, secagg.LeaveAfterMask, 1) != model(secagg.LeaveAfterKeys, secagg.Honest, 0) {
+		t.Error("the round with departures ends with another model than the round without them")
 	}
 }
 
@@ -665,6 +649,72 @@ func TestAskedAgain(t *testing.T) {
 	run("after a restart")
 	if m := <-s.uploads; !strings.Contains(m.GetDecline().GetReason(), "answered before") {
 		t.Errorf("asked again after a restart: %v; want a decline", m)
+	}
+}
+
+// TestReplayNewRunID: a server cannot have a round answered again by
+// naming its run anew. A Hello whose run id is not its configuration's
+// hash is refused, naming both; the same settings under a new id (another
+// out directory, which the hash covers) get an upload of fresh
+// randomness, not the first run's message again, although the client's
+// record of answered rounds, kept per run, lets it answer.
+func TestReplayNewRunID(t *testing.T) {
+	c := runConfig(t, "ldpq", 2, 1)
+	renamed := c
+	renamed.Out = t.TempDir()
+	var hellos []*pb.Hello
+	var start *pb.RoundStart
+	for _, cfg := range []experiment.Config{c, renamed} {
+		srv, err := NewServer(ServerConfig{Run: cfg, Token: token, RoundTimeout: time.Minute, Log: log.New(io.Discard, "", 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hellos = append(hellos, &pb.Hello{RunId: srv.runID, Challenge: make([]byte, 32), ConfigYaml: string(srv.yaml)})
+		if start == nil {
+			for k := range 2 {
+				srv.eng.Enroll(k, 10)
+			}
+			plan, err := srv.eng.Begin(1, []int{0, 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start = &pb.RoundStart{Round: 1, Global: encodeTensors(plan.Global), Ranges: encodeRanges(plan.Ranges), Partner: -1, TimeLeftMilli: 60000}
+		}
+	}
+	state := filepath.Join(t.TempDir(), "client.state")
+	// answer runs a client process of the same secret and state file
+	// against a server that opens with h, and returns its first answer.
+	answer := func(h *pb.Hello) (*pb.ClientMessage, error) {
+		s := &repeater{hello: h, start: start, uploads: make(chan *pb.ClientMessage, 2)}
+		cl, err := NewClient(ClientConfig{Server: scriptedServer(t, s), ID: 0, Clients: 2, Key: NewKey(), Token: token,
+			Creds: insecure.NewCredentials(), RetryFor: time.Second, State: state, Secret: []byte("client 0"), Log: log.New(io.Discard, "", 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Run(context.Background())
+		select {
+		case m := <-s.uploads:
+			return m, err
+		default:
+			return nil, err
+		}
+	}
+	first, err := answer(hellos[0])
+	if err != nil || first.GetUpload() == nil {
+		t.Fatalf("the run as its server names it: %v, %v; want an upload", first, err)
+	}
+	again, err := answer(hellos[1])
+	if err != nil || again.GetUpload() == nil {
+		t.Fatalf("the same settings as a new run: %v, %v; want an upload", again, err)
+	}
+	if proto.Equal(first, again) {
+		t.Error("the same settings as a new run got round 1's upload again, byte for byte")
+	}
+	forged := proto.Clone(hellos[0]).(*pb.Hello)
+	forged.RunId = []byte("another run id..")
+	want := fmt.Sprintf("names its run %x, but the configuration it sent is run %x", forged.GetRunId(), hellos[0].GetRunId())
+	if m, err := answer(forged); m != nil || err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the configuration under another run id: %v, %v; want it refused with %q", m, err, want)
 	}
 }
 

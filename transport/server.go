@@ -205,10 +205,10 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	id := sha256.Sum256(y)
+	id := runID(y)
 	eng, err := fl.New(su.Engine, fl.Task{
 		Model: start, Trainers: []fl.Trainer{tr}, Data: su.Data, Remote: c.Clients, Validation: su.Validation,
-		Secret: secret, RunID: id[:16],
+		Secret: secret, RunID: id,
 	})
 	if err != nil {
 		return nil, err
@@ -223,7 +223,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		}
 	}
 	s := &Server{
-		cfg: cfg, su: su, eng: eng, rec: rec, runID: id[:16], yaml: y, log: cfg.Log,
+		cfg: cfg, su: su, eng: eng, rec: rec, runID: id, yaml: y, log: cfg.Log,
 		fleet: fleet, paired: m.Coupling() == mech.Paired, pins: pinned, joined: map[uint32]time.Time{},
 		sessions: map[uint32]*session{}, changed: make(chan struct{}),
 	}
@@ -241,6 +241,18 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		cfg.Metrics.loaded(eng.Rounds(), eng.Done(), l)
 	}
 	return s, nil
+}
+
+// runID names the run of the resolved configuration y: the first 16 bytes
+// of its SHA-256, with nothing fresh in it, so that a client can check the
+// id a Hello names against the configuration it carries, and a server
+// restarted on its directory goes on with the same run. A server can still
+// name the same settings anew by changing y (its out directory, say); a
+// client binds its randomness to the id (runSecret), so that such a run
+// gets fresh messages, never round t's again.
+func runID(y []byte) []byte {
+	h := sha256.Sum256(y)
+	return h[:16]
 }
 
 // resumable reports whether dir holds a checkpoint of the run whose
