@@ -62,7 +62,7 @@ check "shares at x = index instead of index + 1"
 apply secagg/client.go 'if !cl.g.connected(r.Survivors) {' 'if false {'
 check "consent without the connectivity check"
 
-apply secagg/client.go 'if n < cl.threshold {' 'if false {'
+apply secagg/client.go 'if n := cl.g.consents(cl.id, agreed); n < cl.threshold {' 'if n := cl.g.consents(cl.id, agreed); false {'
 check "unmask with fewer than t consents"
 
 apply secagg/client.go 'if msm(points, weights).IsEqual(grp.NewElement().MulGen(sum)) {' 'if true {'
