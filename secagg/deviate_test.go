@@ -366,7 +366,9 @@ func (a *adversary) randomStrategy(rng *rand.Rand, victim uint64, nb []uint64) s
 // mask key only when the request is certified for every neighbour of the
 // dropped client, not only for the dropped client: in a sparse graph a
 // server could otherwise gather one request's consents around a dropped
-// partner of a victim and another's around the victim.
+// partner of a victim and another's around the victim. Its share of a
+// survivor's self-mask seed, only when the request is certified for that
+// survivor, whatever its own holders consented to.
 func TestUnmaskCertified(t *testing.T) {
 	const n = 80
 	p := Params{Bits: 16, Seed: [32]byte{32}, Degree: 22, Threshold: 14}
@@ -374,9 +376,9 @@ func TestUnmaskCertified(t *testing.T) {
 	_, cl, partners := shared(t, p, ids, "certified")
 	g := cl[ids[0]].g
 	at := func(pos int) uint64 { return g.order[(pos%n+n)%n] }
-	h, j := at(0), at(5) // j is h's neighbour; at(16) is j's
+	h, j, v := at(0), at(5), at(-11) // j and v are h's neighbours; at(16) is j's
 	var consenting []uint64
-	for d := -11; d <= 16; d++ { // h's and j's holders; 12 of at(16)'s
+	for d := -11; d <= 16; d++ { // h's and j's holders; 12 of at(16)'s and of v's
 		consenting = append(consenting, at(d))
 	}
 	var req Request
@@ -399,9 +401,12 @@ func TestUnmaskCertified(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, revealed := r.Pair[j]
-		if want := len(witnesses) == n; revealed != want {
+		want := len(witnesses) == n
+		if _, revealed := r.Pair[j]; revealed != want {
 			t.Errorf("with %d consents: revealed its share of dropped %d's mask key: %v, want %v", len(witnesses), j, revealed, want)
+		}
+		if _, revealed := r.Self[v]; revealed != want {
+			t.Errorf("with %d consents: revealed its share of survivor %d's self-mask seed: %v, want %v", len(witnesses), v, revealed, want)
 		}
 	}
 	if w := cl[h].g.witnesses(h, req.Dropped); len(w) != 3*22+1 {
