@@ -36,7 +36,7 @@ type Exported struct {
 // config.yaml and data (dataDir, if not "", replaces the run's data_dir),
 // which give the input shape and classes, and scores the weights on the
 // test set; both files' metadata record the spec, the input shape, the
-// classes, and that accuracy and loss, which scripts/check_export.py
+// classes, and that accuracy and loss, which python/checks/check_export.py
 // compares with PyTorch's.
 func Export(dir, outDir, dataDir string) (*Exported, error) {
 	c, st, err := loadExport(dir)

@@ -23,7 +23,7 @@ func needMNIST(t *testing.T) {
 
 // TestExportImport trains cnn2 on MNIST for two rounds, exports the global
 // model, and checks the export with PyTorch and ONNX
-// (scripts/check_export.py: PyTorch's test accuracy and loss with the
+// (python/checks/check_export.py: PyTorch's test accuracy and loss with the
 // weights loaded into the nn.Sequential of the spec must be fedpq's within
 // 1e-4). A run started from either file begins from exactly the exported
 // model: its round-0 accuracy is the exported model's. Its config.yaml

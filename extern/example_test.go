@@ -12,7 +12,7 @@ import (
 // A pool of trainer processes describes its model, and trains a client
 // from given weights on given examples. Here the trainer is the tests'
 // fake (a linear classifier); a real one is, say,
-// "/usr/bin/python3 examples/pytorch/mnist_cnn2.py".
+// "/usr/bin/python3 python/examples/mnist_cnn2.py".
 func ExampleNewPool() {
 	pool, err := extern.NewPool(extern.Options{Command: externtest.Command("")}, extern.Spec{
 		Seed: 1, Input: []int{2, 2, 1}, Classes: 2, Optimizer: model.Optimizer{Name: "sgd", LR: 0.1},

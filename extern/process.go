@@ -18,7 +18,7 @@ import (
 type Options struct {
 	// Command is the command line that starts one trainer, run by
 	// /bin/sh -c in fedpq's working directory, for example
-	// "/usr/bin/python3 examples/pytorch/mnist_cnn2.py".
+	// "/usr/bin/python3 python/examples/mnist_cnn2.py".
 	Command string
 	// Timeout bounds each request to a trainer; 0 is DefaultTimeout. Its
 	// start (up to its setup reply) has at least MinStartTimeout. A

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The PyTorch example (examples/pytorch/mnist_cnn2.py, an external trainer) against fedpq's own
+# The PyTorch example (python/examples/mnist_cnn2.py, an external trainer) against fedpq's own
 # engine on the settings of experiments/mnist-ldpq.yaml, one run of each per seed: the final test
 # accuracy per seed, the mean and standard error of each and of their paired difference (a seed
 # gives both the same initial model and partition), and where the PyTorch runs' time went.
@@ -23,7 +23,7 @@ for s in $(seq 1 "$seeds"); do
     [ -e "$dir/summary.json" ] && continue
     args=(run --config experiments/mnist-ldpq.yaml --data-dir "$data" --rounds "$rounds" --seed "$s" --out "$dir" --quiet)
     if [ "$e" = pytorch ]; then
-      args+=(--trainer "/usr/bin/python3 examples/pytorch/mnist_cnn2.py")
+      args+=(--trainer "/usr/bin/python3 python/examples/mnist_cnn2.py")
     fi
     echo "seed $s, $e" >&2
     "$out/fedpq" "${args[@]}" >/dev/null

@@ -292,7 +292,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	require := fs.Bool("require-secure-aggregation", false, "refuse a run without secure aggregation")
 	corrupt := fs.Float64("secagg-corrupt", transport.DefaultClientPolicy.SecAgg.Corrupt, "fraction of a round's clients that may collude with the server, which a secure round's threshold and graph must withstand")
 	minClients := fs.Int("secagg-min-clients", transport.DefaultClientPolicy.SecAgg.MinClients, "fewest clients a secure round may have")
-	trainer := fs.String("trainer", "", "command line of this client's external trainer, which trains its model in the user's framework, e.g. '/usr/bin/python3 examples/pytorch/mnist_cnn2.py' (docs/trainer.md); a run with model external needs one. The client never runs a command the server sends")
+	trainer := fs.String("trainer", "", "command line of this client's external trainer, which trains its model in the user's framework, e.g. '/usr/bin/python3 python/examples/mnist_cnn2.py' (docs/trainer.md); a run with model external needs one. The client never runs a command the server sends")
 	trainerTimeout := fs.Duration("trainer-timeout", 0, "longest the external trainer may take to answer a request (0: 10m; its start has at least 1m); a round's deadline bounds its training too")
 	trainerThreads := fs.Int("trainer-threads", 0, "threads the external trainer uses (0: all of this machine's cores)")
 	metricsAddr := fs.String("metrics", "", metricsHelp)

@@ -28,7 +28,7 @@ Tensors are named as in a PyTorch nn.Sequential of the model's spec (layer i:
 "i.weight", "i.bias") in PyTorch's layouts: Conv2d [out, in, kh, kw], Linear
 [out, in]. The ONNX graph (opset 13) takes "input" [N, C, H, W] (images) or
 [N, F] (vectors) and gives "logits" [N, classes]. docs/models.md#export-and-import has
-the details; scripts/check_export.py checks the files with PyTorch and ONNX.
+the details; python/checks/check_export.py checks the files with PyTorch and ONNX.
 A run can start from the weights: init_weights in its configuration.
 `
 

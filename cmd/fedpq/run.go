@@ -110,7 +110,7 @@ var runFlagHelp = [][2]string{
 	{"seed", "seed of every random stream"},
 	{"workers", "clients trained in parallel (0: all cores)"},
 	{"engine", "training engine: native (fedpq's kernels) or gomlx (GoMLX graphs, the reference)"},
-	{"trainer", "command line of an external trainer that trains the clients in the user's framework, a pool of --workers processes, e.g. '/usr/bin/python3 examples/pytorch/mnist_cnn2.py' (docs/trainer.md); fedpq clips and encodes what it returns"},
+	{"trainer", "command line of an external trainer that trains the clients in the user's framework, a pool of --workers processes, e.g. '/usr/bin/python3 python/examples/mnist_cnn2.py' (docs/trainer.md); fedpq clips and encodes what it returns"},
 	{"trainer_timeout", "longest an external trainer may take to answer a request (a duration; default 10m; its start has at least 1m)"},
 	{"trainer_threads", "threads each external trainer process uses (0: 1, as fedpq's engine: the processes use the cores, and results do not depend on their number)"},
 }

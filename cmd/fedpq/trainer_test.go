@@ -49,14 +49,26 @@ func torchPython(t *testing.T) string {
 	return python
 }
 
+// pythonScript is the path of a script under the repository's python/
+// tree; the test fails where it is missing, before any skip for torch.
+func pythonScript(t *testing.T, parts ...string) string {
+	t.Helper()
+	path := filepath.Join(append([]string{"..", "..", "python"}, parts...)...)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the Python script the test runs: %v", err)
+	}
+	return path
+}
+
 // TestPyTorchTrainer: the PyTorch example trains MNIST's cnn2 end to end
 // (10 of 100 clients a round, 3 rounds, no privacy, one local epoch): it
 // passes the check that it computes fedpq's cnn2, learns, and gives the
 // same rounds with one trainer process as with two.
 func TestPyTorchTrainer(t *testing.T) {
+	script := pythonScript(t, "examples", "mnist_cnn2.py")
 	python := torchPython(t)
 	data := sharedDatasets(t)
-	trainer := python + " " + filepath.Join("..", "..", "examples", "pytorch", "mnist_cnn2.py")
+	trainer := python + " " + script
 	var runs [][]report.Round
 	for _, workers := range []string{"2", "1"} {
 		dir := t.TempDir()
@@ -85,10 +97,11 @@ func TestPyTorchTrainer(t *testing.T) {
 // TestPyTorchProx: the trainer library's optimizer applies FedProx's
 // prox_mu as PyTorch does with the term in the loss, with SGD (momentum,
 // weight decay) and Adam, with and without a closure, and the term
-// matters (extern/testdata/torch_prox.py; skipped without torch).
+// matters (python/checks/torch_prox.py; skipped without torch).
 func TestPyTorchProx(t *testing.T) {
+	script := pythonScript(t, "checks", "torch_prox.py")
 	python := torchPython(t)
-	out, err := exec.Command(python, filepath.Join("..", "..", "extern", "testdata", "torch_prox.py")).CombinedOutput()
+	out, err := exec.Command(python, script).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}

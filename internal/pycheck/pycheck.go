@@ -1,4 +1,4 @@
-// Package pycheck runs scripts/check_export.py from Go tests: the checks
+// Package pycheck runs python/checks/check_export.py from Go tests: the checks
 // of an export with Debian's PyTorch and ONNX, skipped with a message that
 // names the packages where /usr/bin/python3 lacks them.
 package pycheck
@@ -22,10 +22,10 @@ func Require(t testing.TB) {
 	}
 }
 
-// Script is the path of scripts/check_export.py.
+// Script is the path of python/checks/check_export.py.
 func Script() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "check_export.py")
+	return filepath.Join(filepath.Dir(file), "..", "..", "python", "checks", "check_export.py")
 }
 
 // Check runs the script on export directories (flags may come first in

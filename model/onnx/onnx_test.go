@@ -169,7 +169,7 @@ func TestBadFiles(t *testing.T) {
 
 // TestPyTorch writes every case as fedpq export does, with a check set of
 // examples and fedpq's accuracy and loss on them, and runs
-// scripts/check_export.py: the ONNX checker, the graph's logits against
+// python/checks/check_export.py: the ONNX checker, the graph's logits against
 // the nn.Sequential of the spec, and PyTorch's loss and accuracy against
 // fedpq's. A dense model on a 3-channel image exported without its
 // columns permuted must fail the last check.

@@ -6,7 +6,7 @@ prints one line per case and exits 1 on a failure."""
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fedpq_trainer  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402

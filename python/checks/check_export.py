@@ -4,7 +4,7 @@
 Needs Debian's python3-torch and python3-onnx (apt-get install python3-torch python3-onnx), run with
 the system /usr/bin/python3:
 
-    /usr/bin/python3 scripts/check_export.py [--data-dir DIR] [--tol 1e-4] PATH
+    /usr/bin/python3 python/checks/check_export.py [--data-dir DIR] [--tol 1e-4] PATH
 
 PATH is a run directory after `fedpq export RUN_DIR` (or the --out directory of an export): it holds
 model.safetensors and model.onnx. The checks, one line each:

@@ -1,7 +1,7 @@
 """MNIST's cnn2 (JoPEQ's CNN, fedpq's `cnn2`) trained in PyTorch as fedpq's external trainer.
 
     fedpq run --config experiments/mnist-ldpq.yaml --data-dir ../shared/datasets \
-        --trainer '/usr/bin/python3 examples/pytorch/mnist_cnn2.py'
+        --trainer '/usr/bin/python3 python/examples/mnist_cnn2.py'
 
 fedpq starts this script (a pool of them: `workers`, one per core by default), sends each the
 examples it needs once, then for every client of every round the global weights, the client's
@@ -11,8 +11,8 @@ docs/trainer.md has the protocol and the measured runs. Needs Debian's python3-t
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-import fedpq_trainer  # noqa: E402  (the adapter, from the repository's python/)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import fedpq_trainer  # noqa: E402  (the adapter, python/fedpq_trainer.py)
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
