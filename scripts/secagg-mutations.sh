@@ -74,7 +74,8 @@ apply secagg/server.go '	if !ok {
 		return fmt.Errorf("secagg: client %d'"'"'s commitments are not of polynomials'
 check "the server does not check a dealer's values"
 
-apply secagg/vss.go 'if sh := shares[h]; grp.NewElement().MulGen(sh.v).IsEqual(vs[sh.x]) {' 'if sh := shares[h]; sh.v != nil {'
+apply secagg/vss.go 'return grp.NewElement().MulGen(set[0].v).IsEqual(value(set[0].x)), nil' 'return set[0].v != nil, nil'
+apply secagg/vss.go 'return msm(points, weights).IsEqual(grp.NewElement().MulGen(sum)), nil' 'return points != nil, nil'
 check "the server does not check revealed shares"
 
 apply secagg/params.go 'return max(2, c+1, (degree+1+c)/2+1)' 'return max(2, c+1)'
