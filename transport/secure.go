@@ -55,6 +55,7 @@ type secureRound struct {
 	consents  map[uint32][]byte              // their signatures
 	asked     map[uint32]bool                // sent their holders' consents, asked to reveal
 	revealed  map[uint32]bool                // step 5
+	gone      map[uint32]bool                // left, or joined again, since the round began
 	neighbour func(uint64) ([]uint64, error) // the graph
 }
 
@@ -66,7 +67,7 @@ func newSecureRound(plan *fl.Plan, roundDeadline time.Time, identity map[uint32]
 	return &secureRound{srv: srv, params: params, link: link, due: roundDeadline, end: roundDeadline, identity: identity,
 		keys: map[uint32]*pb.SecAggKeys{}, dealt: map[uint32]bool{}, checked: map[uint32]bool{}, kept: map[uint32]bool{},
 		survivors: map[uint32]bool{}, consents: map[uint32][]byte{}, asked: map[uint32]bool{}, revealed: map[uint32]bool{},
-		neighbour: srv.Neighbours}
+		gone: map[uint32]bool{}, neighbour: srv.Neighbours}
 }
 
 // announce is a secure round's settings as its RoundStart carries them.
@@ -92,9 +93,11 @@ func secaggConsentSigned(runID []byte, round uint32, digest [32]byte) []byte {
 // are all in and unmasked. s.mu is held.
 func (s *Server) advance(rd *serverRound, now time.Time) bool {
 	sr := rd.secure
+	// A client that joins again mid round has lost its side of the
+	// protocol (its secrets die with its session): no step waits for it.
 	present := func(pos int) bool {
-		st := rd.state[pos]
-		return (st == waiting || st == uploaded) && s.sessions[uint32(rd.plan.Clients[pos])] != nil
+		st, id := rd.state[pos], uint32(rd.plan.Clients[pos])
+		return (st == waiting || st == uploaded) && s.sessions[id] != nil && !sr.gone[id]
 	}
 	for {
 		complete := true
@@ -231,7 +234,7 @@ func (s *Server) nextStep(rd *serverRound) {
 // secureSend sends m to client id if it is connected, counting it as
 // setup. s.mu is held.
 func (s *Server) secureSend(rd *serverRound, id uint32, m *pb.ServerMessage) {
-	if ss := s.sessions[id]; ss != nil {
+	if ss := s.sessions[id]; ss != nil && !rd.secure.gone[id] {
 		ss.send(m)
 		rd.setup += int64(proto.Size(m))
 	}
