@@ -76,7 +76,8 @@ apply secagg/server.go '	if !ok {
 		return fmt.Errorf("secagg: client %d'"'"'s commitments are not of polynomials'
 check "the server does not check a dealer's values"
 
-apply secagg/vss.go 'if sh := shares[h]; grp.NewElement().MulGen(sh.v).IsEqual(vs[sh.x]) {' 'if sh := shares[h]; sh.v != nil {'
+apply secagg/vss.go 'return grp.NewElement().MulGen(set[0].v).IsEqual(value(set[0].x)), nil' 'return set[0].v != nil, nil'
+apply secagg/vss.go 'return msm(points, weights).IsEqual(grp.NewElement().MulGen(sum)), nil' 'return points != nil, nil'
 check "the server does not check revealed shares"
 
 apply secagg/params.go 'return max(2, c+2, (degree+1+c)/2+1)' 'return max(2, c+2)'
@@ -99,7 +100,7 @@ check "a disputed dealing kept without disclosure (its dealer's own share makes 
 apply secagg/server.go 'if _, ok := s.keys[j]; ok && d.Sealed[j] == nil {' 'if false {'
 check "a dealing that leaves holders out kept (its dealer's own share makes the threshold)"
 
-apply secagg/server.go 'if !grp.NewElement().MulGen(v).IsEqual(vs[x]) {' 'if false && !grp.NewElement().MulGen(v).IsEqual(vs[x]) {'
+apply secagg/server.go 'if !grp.NewElement().MulGen(v).IsEqual(vs.element(at)) {' 'if false && !grp.NewElement().MulGen(v).IsEqual(vs.element(at)) {'
 check "disclosed shares not checked against the commitments"
 
 apply secagg/client.go 'if len(complainers) > limit {' 'if false {'

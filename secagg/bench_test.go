@@ -99,17 +99,19 @@ func BenchmarkRound(b *testing.B) {
 	}
 }
 
-// BenchmarkUnmask: the server's Sum for 100 clients on SparseGraph(100,
-// 0.05, 0.1), with none or 10% dropped before masking.
+// BenchmarkUnmask: the server's Sum on SparseGraph(n, 0.05, 0.1), with
+// every survivor honest, 10% of the clients dropped before masking, or 5% of
+// the survivors revealing a wrong share of every secret they hold.
 func BenchmarkUnmask(b *testing.B) {
-	const n = 100
-	for _, drop := range []int{0, 10} {
-		b.Run(fmt.Sprintf("drop%d%%", drop), func(b *testing.B) {
-			p := benchParams(n)
-			ids := seq(n)
+	for _, c := range []struct {
+		n, drop, wrong int // drop and wrong in percent
+	}{{100, 0, 0}, {100, 10, 0}, {100, 0, 5}, {1000, 0, 0}, {1000, 0, 5}} {
+		b.Run(fmt.Sprintf("n%d/drop%d%%/wrong%d%%", c.n, c.drop, c.wrong), func(b *testing.B) {
+			p := benchParams(c.n)
+			ids := seq(c.n)
 			srv, cl, partners := shared(b, p, ids, "bench")
 			x := make([]uint64, benchD)
-			for _, id := range ids[drop:] {
+			for _, id := range ids[c.n*c.drop/100:] {
 				y, err := cl[id].Mask(x, partners[id])
 				if err != nil {
 					b.Fatal(err)
@@ -118,58 +120,72 @@ func BenchmarkUnmask(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if _, err := unmask(b, srv, cl, func(uint64) bool { return true }); err != nil {
-				b.Fatal(err)
-			}
-			req, _ := srv.Request()
+			req := reveal(b, srv, cl, func(k int) bool { return c.wrong > 0 && k%(100/c.wrong) == 0 })
 			for b.Loop() {
 				if _, err := srv.Sum(); err != nil {
 					b.Fatal(err)
 				}
 			}
+			found := len(srv.WrongShares())
+			if c.wrong > 0 && found == 0 {
+				b.Fatal("no wrong share found")
+			}
 			per := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 			b.ReportMetric(per/benchD, "ns/param")
 			b.ReportMetric(per/float64(len(req.Survivors)), "ns/survivor")
+			b.ReportMetric(float64(found), "blamed")
 		})
 	}
 }
 
-// BenchmarkServerMemory: a whole round for 1000 clients on the degree of
-// SparseGraph(1000, 0.05, 0.1), d = 25818, 10% dropped before masking and
-// 5% after. It reports the heap the server holds once every reveal is in
-// (server-B), beside n·d·8 bytes (the naive store of every masked input).
+// BenchmarkServerMemory: a whole round for n clients on the degree of
+// SparseGraph(n, 0.05, 0.1), 10% dropped before masking and 5% after. It
+// reports the heap the server holds once every reveal is in (server-B, and
+// per client), beside n·d·8 bytes (the naive store of every masked input).
+// n = 1000 masks d = 25818 parameters; n = 10000, d = 610, since masking
+// is most of its minutes of setup and the server holds one d-vector
+// however many clients there are. -short leaves n = 10000 out.
 func BenchmarkServerMemory(b *testing.B) {
-	const n = 1000
-	p := benchParams(n)
-	ids := seq(n)
-	x := make([]uint64, benchD)
-	for b.Loop() {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		base := ms.HeapAlloc
-		srv, cl, partners := shared(b, p, ids, "memory")
-		for k, id := range ids {
-			if k%10 == 0 {
-				continue // 10% drop before masking
+	for _, c := range []struct{ n, d int }{{1000, benchD}, {10000, 610}} {
+		b.Run(fmt.Sprintf("n%d", c.n), func(b *testing.B) {
+			if c.n > 1000 && testing.Short() {
+				b.Skip("minutes of setup")
 			}
-			y, err := cl[id].Mask(x, partners[id])
-			if err != nil {
-				b.Fatal(err)
+			p := benchParams(c.n)
+			ids := seq(c.n)
+			x := make([]uint64, c.d)
+			for b.Loop() {
+				var ms runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				base := ms.HeapAlloc
+				srv, cl, partners := shared(b, p, ids, "memory")
+				for k, id := range ids {
+					if k%10 == 0 {
+						continue // 10% drop before masking
+					}
+					y, err := cl[id].Mask(x, partners[id])
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := srv.AddMasked(id, y); err != nil {
+						b.Fatal(err)
+					}
+				}
+				k := 0
+				if _, err := unmask(b, srv, cl, func(uint64) bool { k++; return k%20 != 0 }); err != nil {
+					b.Fatal(err)
+				}
+				clear(cl)
+				clear(partners)
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				held := float64(int64(ms.HeapAlloc) - int64(base))
+				b.ReportMetric(held, "server-B")
+				b.ReportMetric(held/float64(c.n), "server-B/client")
+				b.ReportMetric(float64(c.n*c.d*8), "naive-B")
+				runtime.KeepAlive(srv)
 			}
-			if err := srv.AddMasked(id, y); err != nil {
-				b.Fatal(err)
-			}
-		}
-		k := 0
-		if _, err := unmask(b, srv, cl, func(uint64) bool { k++; return k%20 != 0 }); err != nil {
-			b.Fatal(err)
-		}
-		clear(cl)
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		b.ReportMetric(float64(int64(ms.HeapAlloc)-int64(base)), "server-B")
-		b.ReportMetric(float64(n*benchD*8), "naive-B")
-		runtime.KeepAlive(srv)
+		})
 	}
 }

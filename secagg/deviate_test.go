@@ -129,6 +129,7 @@ func (a *adversary) play(t *testing.T, victim uint64, st strategy) outcome {
 		put(pair, h, h, c.own[1])
 	}
 	ip := interpolator{}
+	w := dualWeights(len(a.cl[victim].g.holders(victim)))
 	rebuild := func(shares map[uint64]revealed) group.Scalar {
 		if len(shares) < a.threshold {
 			return nil
@@ -138,7 +139,7 @@ func (a *adversary) play(t *testing.T, victim uint64, st strategy) outcome {
 		for _, h := range slices.Sorted(maps.Keys(shares))[:a.threshold] {
 			xs, ys = append(xs, shares[h].x), append(ys, shares[h].v)
 		}
-		return ip.at0(xs, ys)
+		return ip.at0(xs, ys, w)
 	}
 	b := rebuild(self[victim])
 	sV := rebuild(pair[victim])

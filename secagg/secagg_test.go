@@ -4,9 +4,11 @@ import (
 	"crypto/ecdh"
 	"crypto/hkdf"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"math/big"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -140,6 +142,38 @@ func unmask(t testing.TB, srv *Server, cl map[uint64]*Client, answering func(uin
 		}
 	}
 	return srv.Sum()
+}
+
+// reveal plays steps 4 and 5 for every survivor; the k-th survivor, if
+// lying(k), reveals a wrong share of every secret it holds.
+func reveal(t testing.TB, srv *Server, cl map[uint64]*Client, lying func(k int) bool) Request {
+	t.Helper()
+	req, err := srv.Request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range req.Survivors {
+		if _, err := cl[id].Consent(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, id := range req.Survivors {
+		r, err := cl[id].Unmask(req.Survivors)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lying(k) {
+			for _, m := range []map[uint64][]byte{r.Self, r.Pair} {
+				for o := range m {
+					m[o][0] ^= 1
+				}
+			}
+		}
+		if err := srv.AddReveal(id, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return req
 }
 
 // TestMaskedUniform: one client's masked message for a fixed, far from
@@ -498,6 +532,109 @@ func TestRobustRecovery(t *testing.T) {
 	}
 	if got := srv.WrongShares(); !slices.Equal(got, liars) {
 		t.Errorf("wrong shares from %v, want %v", got, liars)
+	}
+}
+
+// TestManyWrongReveals: on SparseGraph(80, 0.05, 0.1) with 5 clients
+// dropped after the check, one survivor in eight reveals a wrong share of
+// every secret it holds: the sum is exact, and every liar among the first
+// t holders of a secret (those tried first) is blamed, no honest one. On the
+// complete graph of 9 (threshold 7) three liars leave 6 right shares of
+// each secret: Sum fails, blaming only liars.
+func TestManyWrongReveals(t *testing.T) {
+	for _, c := range []struct {
+		n, drop int
+		fails   bool
+	}{{80, 5, false}, {9, 0, true}} {
+		t.Run(fmt.Sprintf("n%d", c.n), func(t *testing.T) {
+			p := Params{Bits: 12, Seed: [32]byte{6}}
+			if c.n > completeForTest {
+				var err error
+				if p.Degree, p.Threshold, err = SparseGraph(c.n, 0.05, 0.1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ids := seq(c.n)
+			in := randomInputs(ids, 20, p.Bits, "many")
+			srv, cl, partners := shared(t, p, ids, "many")
+			survivors := ids[c.drop:]
+			for _, id := range survivors {
+				y, _ := cl[id].Mask(in[id], partners[id])
+				if err := srv.AddMasked(id, y); err != nil {
+					t.Fatal(err)
+				}
+			}
+			every := 8
+			if c.fails {
+				every = 3
+			}
+			var liars []uint64
+			req := reveal(t, srv, cl, func(k int) bool { return k%every == 0 })
+			for k, id := range req.Survivors {
+				if k%every == 0 {
+					liars = append(liars, id)
+				}
+			}
+			if len(req.Dropped) != c.drop {
+				t.Fatalf("dropped %v", req.Dropped)
+			}
+			sum, err := srv.Sum()
+			switch {
+			case c.fails && (err == nil || !strings.Contains(err.Error(), "cannot rebuild survivor")):
+				t.Errorf("Sum: %v, want a survivor's secret that cannot be rebuilt", err)
+			case !c.fails && err != nil:
+				t.Fatal(err)
+			case !c.fails && !slices.Equal(sum, plainSum(in, survivors, p.Bits)):
+				t.Error("wrong sum")
+			}
+			tried := map[uint64]bool{}
+			for _, shares := range []map[uint64]map[uint64]revealed{srv.self, srv.pair} {
+				for _, sh := range shares {
+					for _, h := range slices.Sorted(maps.Keys(sh))[:srv.threshold] {
+						tried[h] = slices.Contains(liars, h)
+					}
+				}
+			}
+			got := srv.WrongShares()
+			for h, liar := range tried {
+				if liar && !c.fails && !slices.Contains(got, h) {
+					t.Errorf("liar %d, among the first holders of a secret, was not found", h)
+				}
+			}
+			if len(got) == 0 || slices.ContainsFunc(got, func(h uint64) bool { return !slices.Contains(liars, h) }) {
+				t.Errorf("wrong shares from %v, liars %v", got, liars)
+			}
+		})
+	}
+}
+
+// TestLagrangeAtZero: the coefficients for t points among 1..m, in any
+// order, rebuild P(0) of random polynomials of degree below t.
+func TestLagrangeAtZero(t *testing.T) {
+	rng := corr.Derive([]byte("lagrange"), "points")
+	for _, m := range []int{1, 2, 5, 8, 97, 300} {
+		w := dualWeights(m)
+		for trial := range 5 {
+			pts := make([]uint64, m)
+			for k := range pts {
+				pts[k] = uint64(k + 1)
+			}
+			var r [8]byte
+			rng.Read(r[:])
+			rand.New(rand.NewPCG(binary.LittleEndian.Uint64(r[:]), 0)).Shuffle(m, func(i, j int) { pts[i], pts[j] = pts[j], pts[i] })
+			xs := pts[:1+trial*(m-1)/4]
+			P, err := newPolynomial(grp.NewScalar().SetUint64(uint64(m)), len(xs), rng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := grp.NewScalar()
+			for i, l := range lagrangeAtZero(xs, w) {
+				got.Add(got, grp.NewScalar().Mul(l, P.at(xs[i])))
+			}
+			if !got.IsEqual(P[0]) {
+				t.Errorf("m %d, points %v: Σ l_i P(x_i) is not P(0)", m, xs)
+			}
+		}
 	}
 }
 

@@ -5,7 +5,10 @@ import (
 	"crypto/rand"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/cloudflare/circl/group"
 
@@ -29,7 +32,7 @@ type Server struct {
 	threshold  int
 	keys       map[uint64]Advertised
 	sKeys      map[uint64]group.Element
-	values     map[uint64]*Values
+	values     map[uint64]encodedValues
 	dealtTo    map[uint64][]uint64               // each dealer's holders but itself, sorted
 	inbox      map[uint64]map[uint64][]byte      // sealed dealings by holder, then dealer
 	checked    map[uint64]map[uint64]bool        // U1: each checking client's complaints
@@ -70,7 +73,7 @@ func NewServer(p Params, ids []uint64) (*Server, error) {
 	}
 	return &Server{
 		p: p, g: g, threshold: t,
-		keys: map[uint64]Advertised{}, sKeys: map[uint64]group.Element{}, values: map[uint64]*Values{},
+		keys: map[uint64]Advertised{}, sKeys: map[uint64]group.Element{}, values: map[uint64]encodedValues{},
 		dealtTo: map[uint64][]uint64{}, inbox: map[uint64]map[uint64][]byte{}, checked: map[uint64]map[uint64]bool{},
 		disclosed: map[uint64]map[uint64][2]revealed{},
 		excluded:  map[uint64]string{}, masked: map[uint64]bool{},
@@ -217,7 +220,7 @@ func (s *Server) AddShares(from uint64, d Dealing) error {
 		}
 		s.inbox[j][from] = slices.Clone(ct)
 	}
-	s.values[from] = d.Values
+	s.values[from] = d.Values.Bytes()
 	s.dealtTo[from] = slices.Sorted(maps.Keys(d.Sealed))
 	return nil
 }
@@ -255,7 +258,7 @@ func (s *Server) Deliveries(to uint64) (map[uint64]Delivery, error) {
 	}
 	out := make(map[uint64]Delivery, len(s.inbox[to]))
 	for from, ct := range s.inbox[to] {
-		out[from] = Delivery{Values: s.values[from].holderValues(s.point(from, to)), Sealed: ct}
+		out[from] = Delivery{Values: s.values[from].holder(s.point(from, to)), Sealed: ct}
 	}
 	delete(s.inbox, to)
 	return out, nil
@@ -338,13 +341,14 @@ func (s *Server) AddDisclosure(from uint64, d Disclosure) error {
 			return fmt.Errorf("secagg: client %d did not disclose its shares for %d", from, h)
 		}
 		x := s.point(from, h)
+		vs := s.values[from]
 		var r [2]revealed
-		for k, vs := range [][]group.Element{s.values[from].B, s.values[from].S} {
+		for k, at := range []uint64{x, uint64(vs.holders()) + x} {
 			v, err := parseScalar(sh[k])
 			if err != nil {
 				return fmt.Errorf("secagg: client %d's disclosed share for %d: %w", from, h, err)
 			}
-			if !grp.NewElement().MulGen(v).IsEqual(vs[x]) {
+			if !grp.NewElement().MulGen(v).IsEqual(vs.element(at)) {
 				return fmt.Errorf("secagg: client %d disclosed a share for %d that does not match its commitments", from, h)
 			}
 			r[k] = revealed{x: x, v: v}
@@ -565,6 +569,12 @@ func (s *Server) point(owner, holder uint64) uint64 {
 // survivors' vectors mod 2^Bits. It fails, naming the client, when a secret
 // has fewer than threshold right shares; the holders of wrong shares are in
 // [Server.WrongShares]. Sum leaves the server's state as it was.
+//
+// It rebuilds secrets on GOMAXPROCS goroutines, in waves of doubling size:
+// a holder found to reveal a wrong share in one wave is a suspect in the
+// next, its shares tried last, so that a few lying holders cost a few
+// searches rather than one in every secret they hold. The sum is the same
+// whatever the order; which holders are found depends on the waves alone.
 func (s *Server) Sum() ([]uint64, error) {
 	if s.step != stepUnmask {
 		return nil, errPhase
@@ -572,36 +582,45 @@ func (s *Server) Sum() ([]uint64, error) {
 	if len(s.masked) == 0 {
 		return nil, fmt.Errorf("secagg: no masked input arrived")
 	}
-	out := slices.Clone(s.sum)
-	buf := make([]uint64, len(out))
-	ip := interpolator{}
-	for _, i := range slices.Sorted(maps.Keys(s.masked)) {
-		b, wrong, err := ip.recoverSecret(s.threshold, s.values[i].B, s.withDisclosed(s.self[i], i, 0))
-		s.blame(wrong)
-		if err != nil {
-			return nil, fmt.Errorf("secagg: cannot rebuild survivor %d's self mask: %w", i, err)
-		}
-		corr.NewStream(selfKey(s.p, b, i)).Fill(buf)
-		sub(out, buf)
+	owners := append(slices.Sorted(maps.Keys(s.masked)), s.dropped...)
+	workers := make([]unmasker, min(runtime.GOMAXPROCS(0), len(owners)))
+	for w := range workers {
+		workers[w] = unmasker{ip: interpolator{}, buf: make([]uint64, len(s.sum)), masks: make([]uint64, len(s.sum))}
 	}
-	for _, j := range s.dropped {
-		sj, wrong, err := ip.recoverSecret(s.threshold, s.values[j].S, s.withDisclosed(s.pair[j], j, 1))
-		s.blame(wrong)
-		if err != nil {
-			return nil, fmt.Errorf("secagg: cannot rebuild dropped client %d's mask key: %w", j, err)
+	suspects := map[uint64]bool{}
+	suspect := func(h uint64) bool { return suspects[h] }
+	for lo, size := 0, len(workers); lo < len(owners); lo, size = lo+size, 2*size {
+		n := min(size, len(owners)-lo)
+		found, errs := make([][]uint64, n), make([]error, n)
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for k := int(next.Add(1)) - 1; k < n; k = int(next.Add(1)) - 1 {
+					if at := lo + k; at < len(s.masked) {
+						found[k], errs[k] = s.selfMask(&workers[w], owners[at], suspect)
+					} else {
+						found[k], errs[k] = s.pairMasks(&workers[w], owners[at], suspect)
+					}
+				}
+			})
 		}
-		for _, i := range s.partners[j] {
-			if !s.masked[i] {
-				continue
-			}
-			corr.NewStream(pairKey(s.p, s.sKeys[i], sj, i, j)).Fill(buf)
-			// y_i carries +PRG(s_ij) when i < j, −PRG(s_ij) otherwise.
-			if i < j {
-				sub(out, buf)
-			} else {
-				add(out, buf)
+		wg.Wait()
+		for _, hs := range found {
+			s.blame(hs)
+			for _, h := range hs {
+				suspects[h] = true
 			}
 		}
+		for _, err := range errs {
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	out := slices.Clone(s.sum)
+	for _, w := range workers {
+		add(out, w.masks)
 	}
 	m := s.p.mask()
 	for k := range out {
@@ -638,6 +657,66 @@ func (s *Server) Witnesses(id uint64) ([]uint64, error) {
 	return s.g.witnesses(id, s.dropped), nil
 }
 
+// unmasker is one of Sum's goroutines: its Lagrange coefficients, and the
+// sum of the masks it rebuilt, negated.
+type unmasker struct {
+	ip         interpolator
+	buf, masks []uint64
+}
+
+// selfMask rebuilds survivor i's self-mask seed and subtracts its mask; it
+// returns the holders whose shares were wrong.
+func (s *Server) selfMask(u *unmasker, i uint64, suspect func(uint64) bool) ([]uint64, error) {
+	vs := s.values[i]
+	b, wrong, err := u.ip.recoverSecret(s.threshold, committed(vs, vs.element(0), 0), s.weights[vs.holders()], s.withDisclosed(s.self[i], i, 0), suspect)
+	if err != nil {
+		return wrong, fmt.Errorf("secagg: cannot rebuild survivor %d's self mask: %w", i, err)
+	}
+	buf := u.buf
+	corr.NewStream(selfKey(s.p, b, i)).Fill(buf)
+	sub(u.masks, buf)
+	return wrong, nil
+}
+
+// pairMasks rebuilds dropped client j's mask key and subtracts its masks
+// with its surviving partners; it returns the holders whose shares were
+// wrong.
+func (s *Server) pairMasks(u *unmasker, j uint64, suspect func(uint64) bool) ([]uint64, error) {
+	vs := s.values[j]
+	sj, wrong, err := u.ip.recoverSecret(s.threshold, committed(vs, s.sKeys[j], vs.holders()), s.weights[vs.holders()], s.withDisclosed(s.pair[j], j, 1), suspect)
+	if err != nil {
+		return wrong, fmt.Errorf("secagg: cannot rebuild dropped client %d's mask key: %w", j, err)
+	}
+	buf := u.buf
+	for _, i := range s.partners[j] {
+		if !s.masked[i] {
+			continue
+		}
+		corr.NewStream(pairKey(s.p, s.sKeys[i], sj, i, j)).Fill(buf)
+		// y_i carries +PRG(s_ij) when i < j, −PRG(s_ij) otherwise.
+		if i < j {
+			sub(u.masks, buf)
+		} else {
+			add(u.masks, buf)
+		}
+	}
+	return wrong, nil
+}
+
+// committed is one of a dealer's polynomials' values by point, parsed from
+// vs once asked for: B's (from 0) or S's (from m), with at0 its value at 0.
+func committed(vs encodedValues, at0 group.Element, from int) func(uint64) group.Element {
+	parsed := map[uint64]group.Element{0: at0}
+	return func(x uint64) group.Element {
+		v, ok := parsed[x]
+		if !ok {
+			v = vs.element(uint64(from) + x)
+			parsed[x] = v
+		}
+		return v
+	}
+}
+
 func (s *Server) blame(holders []uint64) {
 	for _, h := range holders {
 		s.wrong[h] = true
@@ -645,5 +724,6 @@ func (s *Server) blame(holders []uint64) {
 }
 
 // WrongShares is the survivors that revealed a share that does not match
-// its commitments, found by Sum.
+// its commitments, found by Sum among the shares it tried: a wrong share it
+// had no need to try is not found.
 func (s *Server) WrongShares() []uint64 { return slices.Sorted(maps.Keys(s.wrong)) }

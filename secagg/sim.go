@@ -198,6 +198,7 @@ func Run(p Params, inputs map[uint64][]uint64, behaviours map[uint64]Behaviour, 
 		case bad(id, InconsistentValues):
 			last := len(d.Values.B) - 1
 			d.Values.B[last] = grp.NewElement().Add(d.Values.B[last], grp.Generator())
+			d.Values.raw = nil
 		}
 		if err == nil {
 			err = srv.AddShares(id, d)

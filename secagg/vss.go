@@ -4,6 +4,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -140,6 +141,10 @@ func (p polynomial) at(x uint64) group.Scalar {
 // assumption in ristretto255 they reveal nothing of the secrets.
 type Values struct {
 	B, S []group.Element // indexed by point, 0..m
+	// raw is the encoding of B and S, made once by values or read by
+	// ParseValues, so that the server keeps it without encoding again.
+	// Whoever changes B or S sets it to nil.
+	raw []byte
 }
 
 // values evaluates and commits to b and s at 0..m.
@@ -149,12 +154,20 @@ func values(b, s polynomial, m int) *Values {
 		v.B[x] = grp.NewElement().MulGen(b.at(uint64(x)))
 		v.S[x] = grp.NewElement().MulGen(s.at(uint64(x)))
 	}
+	v.raw = v.encode()
 	return v
 }
 
 // Bytes is the values' encoding: B(0..m), then S(1..m) (S(0) is the
 // advertised key), 32 bytes each.
 func (v *Values) Bytes() []byte {
+	if v.raw != nil {
+		return slices.Clone(v.raw)
+	}
+	return v.encode()
+}
+
+func (v *Values) encode() []byte {
 	out := make([]byte, 0, (2*len(v.B)-1)*elementBytes)
 	for _, e := range v.B {
 		out = append(out, elementBytesOf(e)...)
@@ -175,7 +188,7 @@ func ParseValues(raw []byte, m int, S0 group.Element) (*Values, error) {
 	if m < 1 || len(raw) != ValuesBytes(m) {
 		return nil, fmt.Errorf("secagg: commitments of %d bytes, want %d for %d holders", len(raw), ValuesBytes(m), m)
 	}
-	v := &Values{B: make([]group.Element, m+1), S: make([]group.Element, m+1)}
+	v := &Values{B: make([]group.Element, m+1), S: make([]group.Element, m+1), raw: slices.Clone(raw)}
 	v.S[0] = S0
 	for k := range 2*m + 1 {
 		e, err := parseElement(raw[k*elementBytes : (k+1)*elementBytes])
@@ -192,9 +205,34 @@ func ParseValues(raw []byte, m int, S0 group.Element) (*Values, error) {
 }
 
 // holderValues is the encoding of point x's two values, to which a
-// holder's dealing is sealed and against which it checks its shares.
-func (v *Values) holderValues(x uint64) []byte {
-	return append(elementBytesOf(v.B[x]), elementBytesOf(v.S[x])...)
+// holder's dealing is sealed and against which it checks its shares. v is
+// made by values.
+func (v *Values) holderValues(x uint64) []byte { return encodedValues(v.raw).holder(x) }
+
+// encodedValues are a dealer's values as [Values.Bytes] encodes them. The
+// server keeps them so, 32 bytes a value where a parsed element takes some
+// 180, and parses only the values a step needs.
+type encodedValues []byte
+
+// holders is m, the dealer's share holders.
+func (e encodedValues) holders() int { return (len(e)/elementBytes - 1) / 2 }
+
+// holder is the encoding of point x's two values, B(x) and S(x), x >= 1.
+func (e encodedValues) holder(x uint64) []byte {
+	m := uint64(e.holders())
+	return append(slices.Clone(e.at(x)), e.at(m+x)...)
+}
+
+// at is the encoding of the k-th value: B(k) for k <= m, else S(k−m).
+func (e encodedValues) at(k uint64) []byte { return e[k*elementBytes : (k+1)*elementBytes] }
+
+// element parses the k-th value.
+func (e encodedValues) element(k uint64) group.Element {
+	v := grp.NewElement()
+	if err := v.UnmarshalBinary(e.at(k)); err != nil {
+		panic(err) // unreachable: the server keeps values it parsed or encoded
+	}
+	return v
 }
 
 // consistent reports whether both polynomials' values lie on polynomials
@@ -306,52 +344,71 @@ func msm(points []group.Element, scalars []group.Scalar) group.Element {
 
 // lagrangeAtZero returns the coefficients l_i with Σ l_i P(x_i) = P(0) for
 // every polynomial P of degree below len(xs): l_i = Π_{j≠i} x_j/(x_j − x_i).
-// The xs must be distinct and nonzero. The denominators are inverted
-// together (Montgomery's trick): one inversion, not len(xs).
-func lagrangeAtZero(xs []uint64) []group.Scalar {
-	n := len(xs)
-	num := make([]group.Scalar, n)
-	den := make([]group.Scalar, n)
-	d := grp.NewScalar()
-	for i, xi := range xs {
-		num[i], den[i] = grp.NewScalar().SetUint64(1), grp.NewScalar().SetUint64(1)
-		for j, xj := range xs {
-			if j == i {
-				continue
-			}
-			num[i].Mul(num[i], grp.NewScalar().SetUint64(xj))
-			d.SetUint64(xj)
-			d.Sub(d, grp.NewScalar().SetUint64(xi))
-			den[i].Mul(den[i], d)
+// The xs must be distinct points among 1..m, with w = dualWeights(m). Since
+// Π_{y≠x}(y − x) over all of 1..m is (−1)^(x−1)·(x−1)!·(m−x)!,
+// l_i = (−1)^(m−1)·Π_j x_j·w_{x_i}·Π_y (y − x_i) over the points y of 1..m
+// not in xs: no inversion, and products of small integers multiplied in
+// machine words, so that secrets rebuilt from any t of their shares, not
+// only the first t, cost little more than from the same t.
+func lagrangeAtZero(xs []uint64, w []group.Scalar) []group.Scalar {
+	m := uint64(len(w) - 1)
+	in := make([]bool, m+1)
+	for _, x := range xs {
+		in[x] = true
+	}
+	var rest []uint64
+	for y := uint64(1); y <= m; y++ {
+		if !in[y] {
+			rest = append(rest, y)
 		}
 	}
-	// prefix[i] = den[0]···den[i−1]; one inverse of the whole product,
-	// then each den[i]^-1 from the prefix and the running inverse.
-	prefix := make([]group.Scalar, n+1)
-	prefix[0] = grp.NewScalar().SetUint64(1)
-	for i := range n {
-		prefix[i+1] = grp.NewScalar().Mul(prefix[i], den[i])
+	p := product(xs, 0)
+	if m%2 == 0 {
+		p.Neg(p)
 	}
-	inv := grp.NewScalar().Inv(prefix[n])
-	l := make([]group.Scalar, n)
-	for i := n - 1; i >= 0; i-- {
-		l[i] = grp.NewScalar().Mul(inv, prefix[i])
-		l[i].Mul(l[i], num[i])
-		inv.Mul(inv, den[i])
+	l := make([]group.Scalar, len(xs))
+	for i, x := range xs {
+		l[i] = product(rest, x)
+		l[i].Mul(l[i], w[x])
+		l[i].Mul(l[i], p)
 	}
 	return l
+}
+
+// product is Π (y − x) over ys: words multiplied while they hold the
+// product, one scalar multiplication a word.
+func product(ys []uint64, x uint64) group.Scalar {
+	out, word := grp.NewScalar().SetUint64(1), grp.NewScalar()
+	acc, neg := uint64(1), false
+	for _, y := range ys {
+		d := y - x
+		if y < x {
+			d, neg = x-y, !neg
+		}
+		hi, lo := bits.Mul64(acc, d)
+		if hi != 0 {
+			out.Mul(out, word.SetUint64(acc))
+			lo = d
+		}
+		acc = lo
+	}
+	out.Mul(out, word.SetUint64(acc))
+	if neg {
+		out.Neg(out)
+	}
+	return out
 }
 
 // interpolator caches Lagrange coefficients by their points: a round's
 // secrets are mostly rebuilt from the same points 1..t.
 type interpolator map[string][]group.Scalar
 
-// at0 is P(0) from t points.
-func (ip interpolator) at0(xs []uint64, ys []group.Scalar) group.Scalar {
+// at0 is P(0) from t points among 1..m, w = dualWeights(m).
+func (ip interpolator) at0(xs []uint64, ys []group.Scalar, w []group.Scalar) group.Scalar {
 	key := fmt.Sprint(xs)
 	l, ok := ip[key]
 	if !ok {
-		l = lagrangeAtZero(xs)
+		l = lagrangeAtZero(xs, w)
 		ip[key] = l
 	}
 	v := grp.NewScalar()
@@ -362,46 +419,113 @@ func (ip interpolator) at0(xs []uint64, ys []group.Scalar) group.Scalar {
 }
 
 // recoverSecret rebuilds the secret whose sharing polynomial's values are
-// vs (vs[0] = g^secret), from the shares revealed by holders (holder id to
-// its point x and share). It interpolates the first t shares in holder
-// order and checks the result against vs[0]; only if that fails, which
-// takes a wrong share, does it check every share against its holder's
-// value, leave out the wrong ones and interpolate t of the others. Its time
-// is bounded by one check per share. It returns the holders whose shares
-// were wrong.
-func (ip interpolator) recoverSecret(t int, vs []group.Element, shares map[uint64]revealed) (group.Scalar, []uint64, error) {
-	holders := slices.Sorted(maps.Keys(shares))
-	if len(holders) < t {
-		return nil, nil, fmt.Errorf("%d shares, threshold %d", len(holders), t)
+// value(x) (value(0) = g^secret), x among 1..m with w = dualWeights(m), from
+// the shares revealed by holders (holder id to its point x and share). It
+// interpolates t shares and checks the result against value(0): the first
+// t in holder order, those of suspect holders (found wrong in another
+// secret) last. Only if that fails, which takes a wrong share among them,
+// does it find which ([wrongShares]), leave them out and try the next t. It
+// returns the holders whose shares were wrong.
+func (ip interpolator) recoverSecret(t int, value func(uint64) group.Element, w []group.Scalar, shares map[uint64]revealed, suspect func(uint64) bool) (group.Scalar, []uint64, error) {
+	if len(shares) < t {
+		return nil, nil, fmt.Errorf("%d shares, threshold %d", len(shares), t)
 	}
-	try := func(hs []uint64) (group.Scalar, bool) {
+	var holders, suspects []uint64
+	for _, h := range slices.Sorted(maps.Keys(shares)) {
+		if suspect(h) {
+			suspects = append(suspects, h)
+		} else {
+			holders = append(holders, h)
+		}
+	}
+	holders = append(holders, suspects...)
+	right := map[uint64]bool{} // found right by a batch check
+	var wrong []uint64
+	for len(holders) >= t {
 		xs := make([]uint64, t)
 		ys := make([]group.Scalar, t)
-		for i, h := range hs[:t] {
+		var unsure []uint64
+		for i, h := range holders[:t] {
 			xs[i], ys[i] = shares[h].x, shares[h].v
+			if !right[h] {
+				unsure = append(unsure, h)
+			}
 		}
-		s := ip.at0(xs, ys)
-		return s, grp.NewElement().MulGen(s).IsEqual(vs[0])
+		s := ip.at0(xs, ys, w)
+		if grp.NewElement().MulGen(s).IsEqual(value(0)) {
+			return s, wrong, nil
+		}
+		set := make([]revealed, len(unsure))
+		for i, h := range unsure {
+			set[i] = shares[h]
+		}
+		bad, err := wrongShares(set, value, true)
+		if err != nil {
+			return nil, wrong, err
+		}
+		if len(bad) == 0 {
+			return nil, wrong, errors.New("shares that each match their values interpolate to another secret")
+		}
+		for k, h := range unsure {
+			if slices.Contains(bad, k) {
+				wrong = append(wrong, h)
+			} else {
+				right[h] = true
+			}
+		}
+		holders = slices.DeleteFunc(holders, func(h uint64) bool { return slices.Contains(wrong, h) })
 	}
-	if s, ok := try(holders); ok {
-		return s, nil, nil
-	}
-	var good, wrong []uint64
-	for _, h := range holders {
-		if sh := shares[h]; grp.NewElement().MulGen(sh.v).IsEqual(vs[sh.x]) {
-			good = append(good, h)
-		} else {
-			wrong = append(wrong, h)
+	return nil, wrong, fmt.Errorf("%d of the %d shares are wrong, threshold %d", len(wrong), len(shares), t)
+}
+
+// wrongShares returns the positions in set of the shares that do not match
+// their values, given, if failing, that one does not. A set that fails one
+// batch check ([sharesMatch]) is halved until single shares, each then
+// checked alone: k wrong shares among n cost O(k log n) checks, not n.
+func wrongShares(set []revealed, value func(uint64) group.Element, failing bool) ([]int, error) {
+	if !failing || len(set) == 1 {
+		ok, err := sharesMatch(set, value)
+		if ok || err != nil {
+			return nil, err
+		}
+		if len(set) == 1 {
+			return []int{0}, nil
 		}
 	}
-	if len(good) < t {
-		return nil, wrong, fmt.Errorf("%d of the %d shares are right (%d wrong), threshold %d", len(good), len(holders), len(wrong), t)
+	half := len(set) / 2
+	bad, err := wrongShares(set[:half], value, false)
+	if err != nil {
+		return nil, err
 	}
-	s, ok := try(good)
-	if !ok {
-		panic("secagg: shares that each match their values interpolate to another secret") // unreachable: the values were checked consistent
+	more, err := wrongShares(set[half:], value, len(bad) == 0)
+	for _, k := range more {
+		bad = append(bad, half+k)
 	}
-	return s, wrong, nil
+	return bad, err
+}
+
+// sharesMatch reports whether every share matches its value, g^share =
+// value(x): a single share by itself; more at once, Σ r_k share_k·g =
+// Σ r_k value(x_k) with random 128-bit r_k (a wrong share passes with
+// probability 2^-128: Bellare, Garay and Rabin's small-exponent batch
+// test), one multi-scalar multiplication.
+func sharesMatch(set []revealed, value func(uint64) group.Element) (bool, error) {
+	if len(set) == 1 {
+		return grp.NewElement().MulGen(set[0].v).IsEqual(value(set[0].x)), nil
+	}
+	r := make([]byte, 16*len(set))
+	if _, err := rand.Read(r); err != nil {
+		return false, err
+	}
+	points := make([]group.Element, len(set))
+	weights := make([]group.Scalar, len(set))
+	sum := grp.NewScalar()
+	for k, sh := range set {
+		points[k] = value(sh.x)
+		weights[k] = grp.NewScalar().SetBigInt(new(big.Int).SetBytes(r[16*k : 16*(k+1)]))
+		sum.Add(sum, grp.NewScalar().Mul(weights[k], sh.v))
+	}
+	return msm(points, weights).IsEqual(grp.NewElement().MulGen(sum)), nil
 }
 
 // revealed is a share the server received, at its holder's point.

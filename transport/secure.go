@@ -59,6 +59,7 @@ type secureRound struct {
 	consents  map[uint32][]byte            // their signatures
 	asked     map[uint32]bool              // sent their holders' consents, asked to reveal
 	revealed  map[uint32]bool              // step 5
+	gone      map[uint32]bool              // left, or joined again, since the round began
 }
 
 func newSecureRound(plan *fl.Plan, roundDeadline time.Time, identity map[uint32]ed25519.PublicKey) *secureRound {
@@ -69,7 +70,8 @@ func newSecureRound(plan *fl.Plan, roundDeadline time.Time, identity map[uint32]
 	return &secureRound{srv: srv, params: params, link: link, due: roundDeadline, end: roundDeadline, identity: identity,
 		keys: map[uint32]*pb.SecAggKeys{}, dealt: map[uint32]bool{}, signed: map[uint32]map[uint32][]byte{},
 		checked: map[uint32]*pb.SecAggCheck{}, disputed: map[uint32]bool{}, disclosed: map[uint32]bool{}, kept: map[uint32]bool{},
-		survivors: map[uint32]bool{}, consents: map[uint32][]byte{}, asked: map[uint32]bool{}, revealed: map[uint32]bool{}}
+		survivors: map[uint32]bool{}, consents: map[uint32][]byte{}, asked: map[uint32]bool{}, revealed: map[uint32]bool{},
+		gone: map[uint32]bool{}}
 }
 
 // announce is a secure round's settings as its RoundStart carries them.
@@ -113,9 +115,11 @@ func secaggCheckSigned(runID []byte, c *pb.SecAggCheck) []byte {
 // are all in and unmasked. s.mu is held.
 func (s *Server) advance(rd *serverRound, now time.Time) bool {
 	sr := rd.secure
+	// A client that joins again mid round has lost its side of the
+	// protocol (its secrets die with its session): no step waits for it.
 	present := func(pos int) bool {
-		st := rd.state[pos]
-		return (st == waiting || st == uploaded) && s.sessions[uint32(rd.plan.Clients[pos])] != nil
+		st, id := rd.state[pos], uint32(rd.plan.Clients[pos])
+		return (st == waiting || st == uploaded) && s.sessions[id] != nil && !sr.gone[id]
 	}
 	for {
 		complete := true
@@ -277,7 +281,7 @@ func (s *Server) nextStep(rd *serverRound) {
 // secureSend sends m to client id if it is connected, counting it as
 // setup. s.mu is held.
 func (s *Server) secureSend(rd *serverRound, id uint32, m *pb.ServerMessage) {
-	if ss := s.sessions[id]; ss != nil {
+	if ss := s.sessions[id]; ss != nil && !rd.secure.gone[id] {
 		ss.send(m)
 		rd.setup += int64(proto.Size(m))
 	}

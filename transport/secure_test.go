@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -44,7 +45,8 @@ type hostile struct {
 	id, n  uint32
 	key    ed25519.PrivateKey
 	r      *raw
-	params int // the model's parameters: an ldpq field each
+	params int           // the model's parameters: an ldpq field each
+	hold   chan struct{} // if set, closed before it sends its masked upload
 }
 
 func newHostile(t *testing.T, addr string, id, n uint32, params int) (*hostile, error) {
@@ -239,6 +241,9 @@ func (h *hostile) round(b secagg.Behaviour) error {
 	if b == secagg.ShortMasked {
 		y = y[:len(y)-8]
 	}
+	if h.hold != nil {
+		<-h.hold
+	}
 	if err := h.send(&pb.ClientMessage{Body: &pb.ClientMessage_Upload{Upload: &pb.Upload{Round: t, Masked: fl.PackFields(y, p.Bits), Loss: 0.5}}}); err != nil {
 		return err
 	}
@@ -367,6 +372,62 @@ func TestSecureBehaviours(t *testing.T) {
 				t.Error("the wrong shares revealed were not found")
 			}
 		})
+	}
+}
+
+// TestSecureReconnect: a client that loses its session after its masked
+// upload and joins again, while another has yet to send its own, has lost
+// its side of the protocol with its session: the round sums its upload
+// without waiting for it in the later steps (neither the consent nor the
+// unmask step waits out its 20 s deadline), and the server says so.
+func TestSecureReconnect(t *testing.T) {
+	const n = 5
+	c := runConfig(t, "ldpq", n, 1)
+	c.Weighting, c.SecureAggregation = "mean", true
+	ts := serve(t, ServerConfig{Run: c, KeyShareTimeout: 20 * time.Second, RoundTimeout: 2 * time.Minute}, "127.0.0.1:0")
+	rejoining, err := newHostile(t, ts.addr, 0, n, ts.srv.su.Model.NumParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := newHostile(t, ts.addr, 1, n, ts.srv.su.Model.NumParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.hold = make(chan struct{})
+	var honest []*testClient
+	for k := 2; k < n; k++ {
+		honest = append(honest, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: n}))
+	}
+	errc := make(chan error, 2)
+	go func() {
+		err := rejoining.play([]secagg.Behaviour{secagg.LeaveAfterMask})
+		close(late.hold)
+		errc <- err
+	}()
+	go func() { errc <- late.play([]secagg.Behaviour{secagg.Honest}) }()
+	ts.wait(t)
+	for _, h := range honest {
+		h.wait(t)
+	}
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := regexp.MustCompile(`secagg_consent (\S+), secagg_unmask (\S+),`).FindStringSubmatch(ts.log.String())
+	if steps == nil {
+		t.Fatalf("no times of the consent and unmask steps in the server's log:\n%s", ts.log)
+	}
+	for _, step := range steps[1:] {
+		if d, err := time.ParseDuration(step); err != nil || d >= 10*time.Second {
+			t.Errorf("steps took %s: one waited for the client that joined again", steps[0])
+		}
+	}
+	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[5]" {
+		t.Errorf("uploads per round %s, want [5]", got)
+	}
+	if want := "round 1: client 0 reconnected during secure aggregation (step secagg_masked); its masked upload is summed"; !strings.Contains(ts.log.String(), want) {
+		t.Errorf("no %q in the server's log:\n%s", want, ts.log)
 	}
 }
 

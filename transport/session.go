@@ -296,6 +296,7 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 	}
 	s.sessions[id] = sess
 	s.joined[id] = time.Now()
+	s.rejoined(id)
 	s.cfg.Metrics.clients(len(s.sessions), len(s.joined))
 	s.notify()
 	sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Welcome{Welcome: &pb.Welcome{RoundsDone: uint32(s.eng.Done())}}})
@@ -313,6 +314,22 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 		s.log.Printf("client %d joined from %s (%d examples%s); %d connected", id, addr, claim, weighed, len(s.sessions))
 	}
 	return sess, nil
+}
+
+// rejoined logs what becomes of client id, which joined again, in the
+// secure round under way if it was in it: its secrets died with its old
+// session, so it takes no further part. s.mu is held.
+func (s *Server) rejoined(id uint32) {
+	rd := s.round
+	if rd == nil || rd.secure == nil || !rd.secure.gone[id] || rd.secure.step == secureDone {
+		return
+	}
+	what := "it is counted as dropped in this round"
+	if rd.state[rd.pos[id]] == uploaded {
+		what = "its masked upload is summed, its self mask rebuilt from its holders' shares"
+	}
+	s.log.Printf("round %d: client %d reconnected during secure aggregation (step %s); %s, and it takes part from the next round",
+		rd.plan.T, id, securePhases[rd.secure.step], what)
 }
 
 // weight is FedAvg's weight of client id, which claims to train on claim
@@ -360,13 +377,17 @@ func (s *Server) leave(sess *session) {
 }
 
 // drop takes a departed client out of the round under way: the round no
-// longer waits for it, and its partner, told, encodes alone. s.mu is held.
+// longer waits for it, and its partner, told, encodes alone; no step of a
+// secure round waits for it again, even if it joins again. s.mu is held.
 func (s *Server) drop(sess *session) {
 	rd := s.round
 	if rd == nil {
 		return
 	}
 	pos, ok := rd.pos[sess.id]
+	if ok && rd.secure != nil {
+		rd.secure.gone[sess.id] = true
+	}
 	if !ok || rd.state[pos] != waiting {
 		return
 	}
