@@ -313,7 +313,7 @@ func secureSteps(t *testing.T, srv *Server, rd *serverRound, step int) int {
 		if err := rd.plan.AddMasked(i, fl.PackFields(y, sr.params.Bits), 0.5); err != nil {
 			t.Fatal(err)
 		}
-		rd.state[i] = uploaded
+		rd.accept(i)
 	}
 	upload(1)
 	if step == secureMasked {

@@ -18,11 +18,11 @@ import (
 // the key-share deadline to encode alone, rather than wait for the round's
 // deadline; a key share that comes later is refused. s.mu is held.
 func (s *Server) keySharesDue(rd *serverRound) {
-	for pos, st := range rd.state {
-		if rd.keyed[pos] || st != waiting {
+	for pos := range rd.plan.Clients {
+		if rd.keyed[pos] || !rd.waiting(pos) {
 			continue
 		}
-		if j := rd.plan.Round.Partner(pos); j >= 0 && rd.state[j] == waiting {
+		if j := rd.plan.Round.Partner(pos); j >= 0 && rd.waiting(j) {
 			rd.late[pos] = true
 			s.log.Printf("round %d: no key share from client %d within %v; its partner %d encodes alone",
 				rd.plan.T, rd.plan.Clients[pos], s.cfg.KeyShareTimeout, rd.plan.Clients[j])
@@ -35,7 +35,7 @@ func (s *Server) keySharesDue(rd *serverRound) {
 // for it, that it will not pair this round. s.mu is held.
 func (s *Server) partnerGone(rd *serverRound, pos int) {
 	j := rd.plan.Round.Partner(pos)
-	if j < 0 || rd.state[j] != waiting {
+	if j < 0 || !rd.waiting(j) {
 		return
 	}
 	if p := s.sessions[uint32(rd.plan.Clients[j])]; p != nil {
@@ -88,7 +88,7 @@ func (s *Server) relay(sess *session, round, from, to uint32, m *pb.ServerMessag
 		}
 		rd.sealed[pos] = true
 	}
-	if p := s.sessions[to]; p != nil && rd.state[j] == waiting {
+	if p := s.sessions[to]; p != nil && rd.waiting(j) {
 		p.send(m)
 		rd.setup += int64(proto.Size(m))
 	}

@@ -22,7 +22,7 @@ import (
 type serverRound struct {
 	plan   *fl.Plan
 	pos    map[uint32]int // client id to position
-	state  []int          // per position: waiting, uploaded, refused or gone
+	state  []int          // per position: waiting, uploaded, refused or gone; its methods below change it
 	keyed  []bool         // per position: its key share was relayed
 	sealed []bool         // per position: its sealed bits were relayed
 	late   []bool         // per position: no key share by the key-share deadline
@@ -71,6 +71,49 @@ const (
 	refused
 	gone
 )
+
+// A client's state in the round changes only through accept, refuse and
+// leave, called by the upload, session, secure and relay code alike: a
+// waiting client is the only one whose state moves, and only once.
+
+// accept counts the upload of the waiting client at pos.
+func (rd *serverRound) accept(pos int) { rd.move(pos, uploaded) }
+
+// refuse takes the client at pos out of the round for what it sent; it
+// reports whether the client was waiting.
+func (rd *serverRound) refuse(pos int) bool { return rd.move(pos, refused) }
+
+// leave takes the client at pos out of the round because it left; it
+// reports whether the client was waiting.
+func (rd *serverRound) leave(pos int) bool { return rd.move(pos, gone) }
+
+func (rd *serverRound) move(pos, to int) bool {
+	if rd.state[pos] != waiting {
+		return false
+	}
+	rd.state[pos] = to
+	return true
+}
+
+// waiting reports whether the round still waits for the client at pos.
+func (rd *serverRound) waiting(pos int) bool { return rd.state[pos] == waiting }
+
+// uploaded reports whether the upload of the client at pos counts.
+func (rd *serverRound) uploaded(pos int) bool { return rd.state[pos] == uploaded }
+
+// left reports whether the client at pos left the round.
+func (rd *serverRound) left(pos int) bool { return rd.state[pos] == gone }
+
+// waitingFor is the positions of the clients the round still waits for.
+func (rd *serverRound) waitingFor() []int {
+	var out []int
+	for pos, st := range rd.state {
+		if st == waiting {
+			out = append(out, pos)
+		}
+	}
+	return out
+}
 
 // gather waits for the clients a round needs, MinClients connected, and
 // then up to Gather for the rest, and returns the ids of those connected.
@@ -236,18 +279,18 @@ func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time)
 	s.round = rd
 	for pos, k := range plan.Clients {
 		if s.sessions[uint32(k)] == nil { // left since it was counted
-			rd.state[pos] = gone
+			rd.leave(pos)
 		}
 	}
 	for pos, k := range plan.Clients {
-		if rd.state[pos] == gone {
+		if rd.left(pos) {
 			continue
 		}
 		own := &pb.RoundStart{
 			Round: uint32(t), Position: uint32(pos), Partner: -1,
 			TimeLeftMilli: time.Until(deadline).Milliseconds(),
 		}
-		if j := plan.Round.Partner(pos); j >= 0 && rd.state[j] != gone {
+		if j := plan.Round.Partner(pos); j >= 0 && !rd.left(j) {
 			own.Partner = int32(plan.Clients[j])
 			own.PartnerIdentity = s.sessions[uint32(plan.Clients[j])].identity
 		}
@@ -273,7 +316,7 @@ func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time)
 wait:
 	for {
 		s.mu.Lock()
-		open := slices.Contains(rd.state, waiting)
+		open := len(rd.waitingFor()) > 0
 		var step <-chan time.Time
 		if rd.secure != nil {
 			// A secure round ends when its protocol does; each step
@@ -317,13 +360,11 @@ wait:
 	s.round = nil
 	s.notify()
 	var late []int
-	for pos, st := range rd.state {
-		if st == waiting {
-			late = append(late, plan.Clients[pos])
-		}
+	for _, pos := range rd.waitingFor() {
+		late = append(late, plan.Clients[pos])
 	}
 	if len(late) > 0 {
-		s.log.Printf("round %d: no upload by the deadline from %d of %d clients: %s", t, len(late), len(rd.state), firstTen(late))
+		s.log.Printf("round %d: no upload by the deadline from %d of %d clients: %s", t, len(late), len(plan.Clients), firstTen(late))
 	}
 	r, err := s.eng.End(plan)
 	rd.phases.mark("aggregate")
@@ -356,8 +397,7 @@ func (s *Server) decline(sess *session, d *pb.Decline) error {
 	}
 	s.log.Printf("round %d: client %d declined: %q", rd.plan.T, sess.id, reason)
 	s.cfg.Metrics.declined()
-	if rd.state[pos] == waiting {
-		rd.state[pos] = refused
+	if rd.refuse(pos) {
 		s.partnerGone(rd, pos)
 	}
 	if sr := rd.secure; sr != nil {
@@ -378,7 +418,7 @@ func (s *Server) upload(sess *session, u *pb.Upload) error {
 	if !ok {
 		return fmt.Errorf("round %d: client %d was not chosen", u.GetRound(), sess.id)
 	}
-	if rd.state[pos] != waiting {
+	if !rd.waiting(pos) {
 		return fmt.Errorf("round %d: a second upload", u.GetRound())
 	}
 	var err error
@@ -391,10 +431,10 @@ func (s *Server) upload(sess *session, u *pb.Upload) error {
 		err = rd.plan.AddMasked(pos, u.GetMasked(), u.GetLoss())
 	}
 	if err != nil {
-		rd.state[pos] = refused
+		rd.refuse(pos)
 		err = fmt.Errorf("round %d: %w", u.GetRound(), err)
 	} else {
-		rd.state[pos] = uploaded
+		rd.accept(pos)
 		s.cfg.Metrics.uploaded()
 	}
 	// A client that uploads has sent all it will: if it is refused, or

@@ -118,8 +118,8 @@ func (s *Server) advance(rd *serverRound, now time.Time) bool {
 	// A client that joins again mid round has lost its side of the
 	// protocol (its secrets die with its session): no step waits for it.
 	present := func(pos int) bool {
-		st, id := rd.state[pos], uint32(rd.plan.Clients[pos])
-		return (st == waiting || st == uploaded) && s.sessions[id] != nil && !sr.gone[id]
+		id := uint32(rd.plan.Clients[pos])
+		return (rd.waiting(pos) || rd.uploaded(pos)) && s.sessions[id] != nil && !sr.gone[id]
 	}
 	for {
 		complete := true
@@ -138,7 +138,7 @@ func (s *Server) advance(rd *serverRound, now time.Time) bool {
 			case secureDisputes:
 				complete = complete && (!sr.disputed[id] || sr.disclosed[id])
 			case secureMasked:
-				complete = complete && (!sr.kept[id] || rd.state[pos] != waiting)
+				complete = complete && (!sr.kept[id] || !rd.waiting(pos))
 			case secureConsent:
 				complete = complete && (!sr.survivors[id] || sr.consents[id] != nil)
 			case secureUnmask:
@@ -304,8 +304,8 @@ func (s *Server) secureMessage(sess *session, m *pb.ClientMessage) error {
 				sr.disclosed[sess.id] = true
 			case m.GetSecaggConsent() != nil:
 				delete(sr.survivors, sess.id)
-			case rd.state[pos] == waiting:
-				rd.state[pos] = refused
+			default:
+				rd.refuse(pos)
 			}
 		}
 	}

@@ -82,16 +82,78 @@ func (c *Client) secureParams(runID []byte, rs *pb.RoundStart) (secagg.Params, [
 }
 
 // secureUpload is a client's side of a secure round, once it has encoded
-// its payloads: keys, dealing, check, masked upload, consent and shares. It
-// returns a message of a later round if it read one.
+// its payloads: one step of secagg's a message from the server, each a
+// method of secureClientRound below. It returns a message of a later round if it
+// read one.
 func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, rs *pb.RoundStart, payloads [][]byte, loss float64) (*pb.ServerMessage, error) {
+	sr, err := c.newSecureClientRound(stream, runID, rs, payloads, loss)
+	if err != nil {
+		return nil, err
+	}
+	if err := sr.advertise(); err != nil {
+		return nil, err
+	}
+	t := sr.t
+	steps := []struct {
+		want func(*pb.ServerMessage) bool
+		do   func(*pb.ServerMessage) error
+	}{
+		{func(m *pb.ServerMessage) bool { return m.GetSecaggPeers().GetRound() == t }, sr.deal},
+		{func(m *pb.ServerMessage) bool { return m.GetSecaggInbox().GetRound() == t }, sr.check},
+		// Disputes come only to a dealer complained of; partners follow.
+		{func(m *pb.ServerMessage) bool {
+			return m.GetSecaggDisputes().GetRound() == t || m.GetSecaggPartners().GetRound() == t
+		}, sr.disclose},
+		{func(m *pb.ServerMessage) bool { return m.GetSecaggPartners().GetRound() == t }, sr.mask},
+		{func(m *pb.ServerMessage) bool { return m.GetSecaggUnmask().GetRound() == t }, sr.consent},
+		{func(m *pb.ServerMessage) bool { return m.GetSecaggConsents().GetRound() == t }, sr.reveal},
+	}
+	for _, step := range steps {
+		m := sr.pending
+		sr.pending = nil
+		if m == nil {
+			var next *pb.ServerMessage
+			if m, next, err = c.await(ctx, in, t, step.want); m == nil {
+				return next, err
+			}
+		}
+		if err := step.do(m); errors.Is(err, errLeft) {
+			return nil, nil
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// errLeft ends a client's part in a secure round, which it has logged why.
+var errLeft = errors.New("left the secure round")
+
+// secureClientRound is a client's side of one secure round.
+type secureClientRound struct {
+	c          *Client
+	stream     pb.Federation_SessionClient
+	runID      []byte
+	t, self    uint32
+	bits       int
+	cl         *secagg.Client
+	x          []uint64 // the fields it masks
+	loss       float64
+	identities map[uint32]ed25519.PublicKey // its neighbours', from their keys
+	pending    *pb.ServerMessage            // read by one step, for the next
+	digest     [32]byte                     // of the request it consented to
+}
+
+// newSecureClientRound checks the round's settings against the client's policy
+// (declining the round if they fail) and turns its payloads into fields.
+func (c *Client) newSecureClientRound(stream pb.Federation_SessionClient, runID []byte, rs *pb.RoundStart, payloads [][]byte, loss float64) (*secureClientRound, error) {
 	t, self := rs.GetRound(), uint32(c.cfg.ID)
 	p, ids, err := c.secureParams(runID, rs)
 	if err != nil {
 		return nil, c.decline(stream, t, "policy", err)
 	}
-	var cl *secagg.Client
-	c.busy(func() { cl, err = secagg.NewClient(p, c.policy.SecAgg, uint64(self), ids, rand.Reader) })
+	sr := &secureClientRound{c: c, stream: stream, runID: runID, t: t, self: self, bits: p.Bits, loss: loss}
+	c.busy(func() { sr.cl, err = secagg.NewClient(p, c.policy.SecAgg, uint64(self), ids, rand.Reader) })
 	if err != nil {
 		return nil, c.decline(stream, t, "policy", err)
 	}
@@ -99,166 +161,207 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	if err != nil {
 		return nil, &setupError{err}
 	}
-	x, err := fl.Fields(m, payloads, c.sizes())
-	if err != nil {
+	if sr.x, err = fl.Fields(m, payloads, c.sizes()); err != nil {
 		return nil, &badRound{err}
 	}
-	adv := cl.Keys()
-	keys := &pb.SecAggKeys{Round: t, Client: self, C: adv.C, S: adv.S}
-	keys.Signature = ed25519.Sign(c.cfg.Key, secaggKeysSigned(runID, keys))
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggKeys{SecaggKeys: keys}}); err != nil {
-		return nil, err
-	}
+	return sr, nil
+}
 
-	m1, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggPeers().GetRound() == t })
-	if m1 == nil {
-		return next, err
-	}
+func (sr *secureClientRound) send(m *pb.ClientMessage) error { return sr.stream.Send(m) }
+
+// advertise is step 0: its keys, signed.
+func (sr *secureClientRound) advertise() error {
+	adv := sr.cl.Keys()
+	keys := &pb.SecAggKeys{Round: sr.t, Client: sr.self, C: adv.C, S: adv.S}
+	keys.Signature = ed25519.Sign(sr.c.cfg.Key, secaggKeysSigned(sr.runID, keys))
+	return sr.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggKeys{SecaggKeys: keys}})
+}
+
+// deal is step 1: it checks its neighbours' keys and deals its shares, each
+// holder's signed.
+func (sr *secureClientRound) deal(m *pb.ServerMessage) error {
+	c, t := sr.c, sr.t
 	var (
-		peers      map[uint64]secagg.Advertised
-		identities map[uint32]ed25519.PublicKey
+		peers map[uint64]secagg.Advertised
+		d     secagg.Dealing
+		err   error
 	)
-	c.busy(func() { peers, identities = c.peers(t, runID, m1.GetSecaggPeers()) })
-	var d secagg.Dealing
-	c.busy(func() { d, err = cl.Share(peers) })
-	if err != nil {
-		return nil, &badRound{err}
-	}
-	if r := cl.Rejected(); len(r) > 0 {
-		c.log.Printf("round %d: left out neighbours %v, whose keys are not valid", t, r)
-	}
-	shares := &pb.SecAggShares{Round: t, Values: d.Values.Bytes()}
+	shares := &pb.SecAggShares{Round: t}
 	c.busy(func() {
+		peers, sr.identities = c.peers(t, sr.runID, m.GetSecaggPeers())
+		if d, err = sr.cl.Share(peers); err != nil {
+			return
+		}
+		shares.Values = d.Values.Bytes()
 		for _, to := range slices.Sorted(maps.Keys(d.Sealed)) {
-			sh := &pb.SecAggShare{From: self, To: uint32(to), Ciphertext: d.Sealed[to]}
-			sh.Signature = ed25519.Sign(c.cfg.Key, secaggShareSigned(runID, t, sh, cl.HolderValues(to)))
+			sh := &pb.SecAggShare{From: sr.self, To: uint32(to), Ciphertext: d.Sealed[to]}
+			sh.Signature = ed25519.Sign(c.cfg.Key, secaggShareSigned(sr.runID, t, sh, sr.cl.HolderValues(to)))
 			shares.Shares = append(shares.Shares, sh)
 		}
 	})
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: shares}}); err != nil {
-		return nil, err
+	if err != nil {
+		return &badRound{err}
+	}
+	if r := sr.cl.Rejected(); len(r) > 0 {
+		c.log.Printf("round %d: left out neighbours %v, whose keys are not valid", t, r)
+	}
+	if err := sr.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: shares}}); err != nil {
+		return err
 	}
 	c.routine("round %d: dealt its shares to %d neighbours", t, len(shares.Shares))
+	return nil
+}
 
-	m2, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggInbox().GetRound() == t })
-	if m2 == nil {
-		return next, err
-	}
-	var complaints []uint64
+// check is step 2: it checks the shares dealt to it and sends its
+// complaints, signed.
+func (sr *secureClientRound) check(m *pb.ServerMessage) error {
+	c, t := sr.c, sr.t
+	var (
+		complaints []uint64
+		err        error
+	)
 	c.busy(func() {
 		inbox := map[uint64]secagg.Delivery{}
-		for _, sh := range m2.GetSecaggInbox().GetShares() {
-			if sh.GetTo() != self {
+		for _, sh := range m.GetSecaggInbox().GetShares() {
+			if sh.GetTo() != sr.self {
 				continue
 			}
 			// A dealing its dealer did not sign was altered on the way:
 			// complaining of it would make an honest dealer disclose this
 			// client's shares to the server.
-			if err := verify(identities[sh.GetFrom()], secaggShareSigned(runID, t, sh, sh.GetValues()), sh.GetSignature()); err != nil {
+			if err := verify(sr.identities[sh.GetFrom()], secaggShareSigned(sr.runID, t, sh, sh.GetValues()), sh.GetSignature()); err != nil {
 				c.log.Printf("round %d: the dealing relayed from %d is not the one it signed (%v): left out, not complained of", t, sh.GetFrom(), err)
 				continue
 			}
 			inbox[uint64(sh.GetFrom())] = secagg.Delivery{Values: sh.GetValues(), Sealed: sh.GetCiphertext()}
 		}
-		complaints, err = cl.Check(inbox)
+		complaints, err = sr.cl.Check(inbox)
 	})
 	if err != nil {
-		return nil, &badRound{err}
+		return &badRound{err}
 	}
-	check := &pb.SecAggCheck{Round: t, Client: self}
+	check := &pb.SecAggCheck{Round: t, Client: sr.self}
 	for _, j := range complaints {
 		check.Complaints = append(check.Complaints, uint32(j))
 	}
-	check.Signature = ed25519.Sign(c.cfg.Key, secaggCheckSigned(runID, check))
+	check.Signature = ed25519.Sign(c.cfg.Key, secaggCheckSigned(sr.runID, check))
 	if len(complaints) > 0 {
 		c.log.Printf("round %d: the shares of %v are wrong", t, complaints)
 	}
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggCheck{SecaggCheck: check}}); err != nil {
-		return nil, err
-	}
+	return sr.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggCheck{SecaggCheck: check}})
+}
 
-	m3, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool {
-		return m.GetSecaggPartners().GetRound() == t || m.GetSecaggDisputes().GetRound() == t
-	})
-	if m3 == nil {
-		return next, err
+// disclose is step 2b, for a dealer complained of: it checks each relayed
+// complaint was signed by its holder and names the client, and sends the
+// disputed shares. A client that will not disclose them (more complaints
+// than its policy allows, see secagg.Client.Disclose) leaves the round:
+// the server leaves it out before masking. Partners, which come instead
+// when no one complained, are for the next step.
+func (sr *secureClientRound) disclose(m *pb.ServerMessage) error {
+	c, t := sr.c, sr.t
+	ds := m.GetSecaggDisputes()
+	if ds == nil {
+		sr.pending = m
+		return nil
 	}
-	if ds := m3.GetSecaggDisputes(); ds != nil {
-		if err := c.disclose(stream, runID, t, cl, identities, ds); err != nil {
-			if errors.Is(err, errDeclined) {
-				return nil, nil
-			}
-			return nil, err
+	var complainers []uint64
+	for i, check := range ds.GetChecks() {
+		h := check.GetClient()
+		if err := verify(c.identity(h, sr.identities, ds.GetIdentities(), i), secaggCheckSigned(sr.runID, check), check.GetSignature()); err != nil || check.GetRound() != t || !slices.Contains(check.GetComplaints(), sr.self) {
+			c.log.Printf("round %d: a complaint of its shares from %d that %d did not sign: ignored", t, h, h)
+			continue
 		}
-		if m3, next, err = c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggPartners().GetRound() == t }); m3 == nil {
-			return next, err
-		}
+		complainers = append(complainers, uint64(h))
 	}
+	slices.Sort(complainers)
+	complainers = slices.Compact(complainers)
+	d, err := sr.cl.Disclose(complainers)
+	if err != nil {
+		c.log.Printf("round %d: %v; it leaves the round", t, err)
+		return errLeft
+	}
+	out := &pb.SecAggDisclosure{Round: t}
+	for _, h := range complainers {
+		out.Shares = append(out.Shares, &pb.SecAggDisclosed{Holder: uint32(h), B: d[h][0], S: d[h][1]})
+	}
+	c.log.Printf("round %d: %d holders complained of its shares; it disclosed theirs", t, len(complainers))
+	return sr.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggDisclosure{SecaggDisclosure: out}})
+}
+
+// mask is step 3: it records the round as answered and uploads its masked
+// fields.
+func (sr *secureClientRound) mask(m *pb.ServerMessage) error {
+	c, t := sr.c, sr.t
 	var partners []uint64
-	for _, j := range m3.GetSecaggPartners().GetPartners() {
+	for _, j := range m.GetSecaggPartners().GetPartners() {
 		partners = append(partners, uint64(j))
 	}
-	var y []uint64
-	c.busy(func() { y, err = cl.Mask(x, partners) })
+	var (
+		y   []uint64
+		err error
+	)
+	c.busy(func() { y, err = sr.cl.Mask(sr.x, partners) })
 	if err != nil {
-		return nil, c.decline(stream, t, "masking", err)
+		return c.decline(sr.stream, t, "masking", err)
 	}
 	// The masked upload is the first message that depends on the
 	// client's data: the round is recorded as answered before it leaves.
-	if err := c.state.answer(runID, t); err != nil {
-		return nil, &setupError{err}
+	if err := c.state.answer(sr.runID, t); err != nil {
+		return &setupError{err}
 	}
-	if err := c.upload(stream, &pb.Upload{Round: t, Masked: fl.PackFields(y, p.Bits), Loss: loss}); err != nil {
-		return nil, err
+	if err := c.upload(sr.stream, &pb.Upload{Round: t, Masked: fl.PackFields(y, sr.bits), Loss: sr.loss}); err != nil {
+		return err
 	}
 	c.note(t, func(s *fleetStats) *atomic.Int64 { return &s.uploaded })
-	c.routine("round %d: uploaded its masked fields (%d bits each), masked with %d partners", t, p.Bits, len(partners))
+	c.routine("round %d: uploaded its masked fields (%d bits each), masked with %d partners", t, sr.bits, len(partners))
+	return nil
+}
 
-	m4, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggUnmask().GetRound() == t })
-	if m4 == nil {
-		return next, err
-	}
+// consent is step 4: it checks the unmask request and signs it.
+func (sr *secureClientRound) consent(m *pb.ServerMessage) error {
 	var req secagg.Request
-	for _, id := range m4.GetSecaggUnmask().GetSurvivors() {
+	for _, id := range m.GetSecaggUnmask().GetSurvivors() {
 		req.Survivors = append(req.Survivors, uint64(id))
 	}
-	for _, id := range m4.GetSecaggUnmask().GetDropped() {
+	for _, id := range m.GetSecaggUnmask().GetDropped() {
 		req.Dropped = append(req.Dropped, uint64(id))
 	}
-	digest, err := cl.Consent(req)
-	if err != nil {
-		// A request this client must not answer, such as one that asks
-		// for both shares of one client: it reveals nothing.
-		c.log.Printf("round %d: %v", t, err)
-		return nil, nil
+	var err error
+	if sr.digest, err = sr.cl.Consent(req); err != nil {
+		// A request this client must not answer, such as one that drops
+		// the partners it masked with: it reveals nothing.
+		sr.c.log.Printf("round %d: %v", sr.t, err)
+		return errLeft
 	}
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggConsent{SecaggConsent: &pb.SecAggConsent{
-		Round: t, Signature: ed25519.Sign(c.cfg.Key, secaggConsentSigned(runID, t, digest)),
-	}}}); err != nil {
-		return nil, err
-	}
+	return sr.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggConsent{SecaggConsent: &pb.SecAggConsent{
+		Round: sr.t, Signature: ed25519.Sign(sr.c.cfg.Key, secaggConsentSigned(sr.runID, sr.t, sr.digest)),
+	}}})
+}
 
-	m5, next, err := c.await(ctx, in, t, func(m *pb.ServerMessage) bool { return m.GetSecaggConsents().GetRound() == t })
-	if m5 == nil {
-		return next, err
-	}
-	consenting := []uint64{uint64(self)}
-	cs := m5.GetSecaggConsents()
-	var r secagg.Reveal
+// reveal is step 5: it checks the consents relayed to it and reveals the
+// shares they allow.
+func (sr *secureClientRound) reveal(m *pb.ServerMessage) error {
+	c, t := sr.c, sr.t
+	consenting := []uint64{uint64(sr.self)}
+	cs := m.GetSecaggConsents()
+	var (
+		r   secagg.Reveal
+		err error
+	)
 	c.busy(func() {
 		for i, j := range cs.GetClients() {
-			if i >= len(cs.GetSignatures()) || j == self {
+			if i >= len(cs.GetSignatures()) || j == sr.self {
 				continue
 			}
-			if err := verify(c.identity(j, identities, cs.GetIdentities(), i), secaggConsentSigned(runID, t, digest), cs.GetSignatures()[i]); err == nil {
+			if err := verify(c.identity(j, sr.identities, cs.GetIdentities(), i), secaggConsentSigned(sr.runID, t, sr.digest), cs.GetSignatures()[i]); err == nil {
 				consenting = append(consenting, uint64(j))
 			}
 		}
-		r, err = cl.Unmask(consenting)
+		r, err = sr.cl.Unmask(consenting)
 	})
 	if err != nil {
 		c.log.Printf("round %d: %v", t, err)
-		return nil, nil
+		return errLeft
 	}
 	rv := &pb.SecAggReveal{Round: t}
 	for _, o := range slices.Sorted(maps.Keys(r.Self)) {
@@ -267,45 +370,11 @@ func (c *Client) secureUpload(ctx context.Context, stream pb.Federation_SessionC
 	for _, o := range slices.Sorted(maps.Keys(r.Pair)) {
 		rv.Pair = append(rv.Pair, &pb.SecAggSecret{Owner: uint32(o), Share: r.Pair[o]})
 	}
-	if err := stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: rv}}); err != nil {
-		return nil, err
+	if err := sr.send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggReveal{SecaggReveal: rv}}); err != nil {
+		return err
 	}
 	c.routine("round %d: %d holders consented; revealed its shares for %d survivors and %d dropped clients", t, len(consenting), len(r.Self), len(r.Pair))
-	return nil, nil
-}
-
-// errDeclined is a round the client leaves, having said why in its log.
-var errDeclined = errors.New("declined")
-
-// disclose answers the complaints of the client's shares: it checks each
-// relayed check was signed by its holder and names the client, and sends
-// the disputed shares. A client that will not disclose them (more
-// complaints than its policy allows, see secagg.Client.Disclose) takes no
-// further part in the round: the server leaves it out before masking.
-func (c *Client) disclose(stream pb.Federation_SessionClient, runID []byte, t uint32, cl *secagg.Client, identities map[uint32]ed25519.PublicKey, ds *pb.SecAggDisputes) error {
-	self := uint32(c.cfg.ID)
-	var complainers []uint64
-	for i, check := range ds.GetChecks() {
-		h := check.GetClient()
-		if err := verify(c.identity(h, identities, ds.GetIdentities(), i), secaggCheckSigned(runID, check), check.GetSignature()); err != nil || check.GetRound() != t || !slices.Contains(check.GetComplaints(), self) {
-			c.log.Printf("round %d: a complaint of its shares from %d that %d did not sign: ignored", t, h, h)
-			continue
-		}
-		complainers = append(complainers, uint64(h))
-	}
-	slices.Sort(complainers)
-	complainers = slices.Compact(complainers)
-	d, err := cl.Disclose(complainers)
-	if err != nil {
-		c.log.Printf("round %d: %v; it leaves the round", t, err)
-		return errDeclined
-	}
-	m := &pb.SecAggDisclosure{Round: t}
-	for _, h := range complainers {
-		m.Shares = append(m.Shares, &pb.SecAggDisclosed{Holder: uint32(h), B: d[h][0], S: d[h][1]})
-	}
-	c.log.Printf("round %d: %d holders complained of its shares; it disclosed theirs", t, len(complainers))
-	return stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_SecaggDisclosure{SecaggDisclosure: m}})
+	return nil
 }
 
 // identity is the identity that client j's signature must verify under:

@@ -325,7 +325,7 @@ func (s *Server) rejoined(id uint32) {
 		return
 	}
 	what := "it is counted as dropped in this round"
-	if rd.state[rd.pos[id]] == uploaded {
+	if rd.uploaded(rd.pos[id]) {
 		what = "its masked upload is summed, its self mask rebuilt from its holders' shares"
 	}
 	s.log.Printf("round %d: client %d reconnected during secure aggregation (step %s); %s, and it takes part from the next round",
@@ -388,10 +388,9 @@ func (s *Server) drop(sess *session) {
 	if ok && rd.secure != nil {
 		rd.secure.gone[sess.id] = true
 	}
-	if !ok || rd.state[pos] != waiting {
+	if !ok || !rd.leave(pos) {
 		return
 	}
-	rd.state[pos] = gone
 	s.log.Printf("round %d: client %d left before uploading", rd.plan.T, sess.id)
 	s.partnerGone(rd, pos)
 	s.notify()
