@@ -48,7 +48,7 @@ type Server struct {
 	points     map[uint64]map[uint64]uint64   // each owner's holders' points
 	answered   map[uint64]bool
 	wrong      map[uint64]bool
-	weights    map[int][]group.Scalar // dualWeights by number of holders
+	weights    map[int][]group.Scalar // dualWeights by number of holders, made by NewServer
 	step       int
 }
 
@@ -63,7 +63,7 @@ const (
 
 // NewServer starts a round among ids.
 func NewServer(p Params, ids []uint64) (*Server, error) {
-	_, t, err := p.shape(len(ids))
+	degree, t, err := p.shape(len(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,9 @@ func NewServer(p Params, ids []uint64) (*Server, error) {
 		excluded:  map[uint64]string{}, masked: map[uint64]bool{},
 		self: map[uint64]map[uint64]revealed{}, pair: map[uint64]map[uint64]revealed{},
 		points: map[uint64]map[uint64]uint64{}, answered: map[uint64]bool{}, wrong: map[uint64]bool{},
-		weights: map[int][]group.Scalar{},
+		// Every dealer has degree+1 holders; made here, the weights are
+		// never written again, for CheckDealing's sake.
+		weights: map[int][]group.Scalar{degree + 1: dualWeights(degree + 1)},
 	}, nil
 }
 
@@ -204,15 +206,10 @@ func (s *Server) AddShares(from uint64, d Dealing) error {
 			return fmt.Errorf("secagg: client %d's dealing to %d: %d bytes, not %d", from, j, len(ct), sealedBytes)
 		}
 	}
-	if s.weights[m] == nil {
-		s.weights[m] = dualWeights(m)
-	}
-	ok, err := d.Values.consistent(s.threshold, s.weights[m], rand.Reader)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("secagg: client %d's commitments are not of polynomials of degree below the threshold %d", from, s.threshold)
+	if !d.Values.checked || d.Values.raw == nil {
+		if err := s.consistent(from, d.Values); err != nil {
+			return err
+		}
 	}
 	for j, ct := range d.Sealed {
 		if s.inbox[j] == nil {
@@ -234,16 +231,50 @@ func (s *Server) ParseValues(from uint64, raw []byte) (*Values, error) {
 	return ParseValues(raw, len(s.g.holders(from)), S)
 }
 
-// HolderValues is the encoding of holder to's two values in dealer from's
-// values v: what the server relays with to's sealed shares.
-func (s *Server) HolderValues(from uint64, v *Values, to uint64) ([]byte, error) {
+// consistent checks that dealer from's values lie on polynomials of degree
+// below the threshold.
+func (s *Server) consistent(from uint64, v *Values) error {
+	ok, err := v.consistent(s.threshold, s.weights[len(v.B)-1], rand.Reader)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("secagg: client %d's commitments are not of polynomials of degree below the threshold %d", from, s.threshold)
+	}
+	return nil
+}
+
+// CheckDealing is the costly part of AddShares, which it then skips: it
+// reads dealer from's encoded values and checks them, at its advertised
+// key and on polynomials of degree below the threshold. Once the keys step
+// has closed it reads only what no step changes, so a deployed server runs
+// it for many dealers at once, outside its lock.
+func (s *Server) CheckDealing(from uint64, raw []byte) (*Values, error) {
+	v, err := s.ParseValues(from, raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.consistent(from, v); err != nil {
+		return nil, err
+	}
+	v.checked = true
+	return v, nil
+}
+
+// HolderValues is the encoding of each holder's two values in dealer
+// from's values v, by holder: what the server relays with its sealed
+// shares. Safe for concurrent use.
+func (s *Server) HolderValues(from uint64, v *Values) (map[uint64][]byte, error) {
 	if err := s.member(from); err != nil {
 		return nil, err
 	}
-	if from == to || !s.g.adjacent(from, to) {
-		return nil, fmt.Errorf("secagg: client %d is not a share holder of %d", to, from)
+	out := map[uint64][]byte{}
+	for h, x := range s.g.points(from) {
+		if h != from {
+			out[h] = v.holderValues(x)
+		}
 	}
-	return v.holderValues(s.point(from, to)), nil
+	return out, nil
 }
 
 // Deliveries returns, and forgets, the dealings addressed to client to by

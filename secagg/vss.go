@@ -145,6 +145,9 @@ type Values struct {
 	// ParseValues, so that the server keeps it without encoding again.
 	// Whoever changes B or S sets it to nil.
 	raw []byte
+	// checked is set by Server.CheckDealing: they lie on polynomials of
+	// degree below the threshold, and S(0) is the dealer's key.
+	checked bool
 }
 
 // values evaluates and commits to b and s at 0..m.

@@ -290,8 +290,8 @@ func (s *Server) secureSend(rd *serverRound, id uint32, m *pb.ServerMessage) {
 // secureMessage handles a client's message of a secure round's protocol.
 // A client whose message is refused is out of the round from that step
 // on: no step waits for a client that broke the protocol. s.mu is held.
-func (s *Server) secureMessage(sess *session, m *pb.ClientMessage) error {
-	round, err := s.secureStep(sess, m)
+func (s *Server) secureMessage(sess *session, m *pb.ClientMessage, pre *checkedDealing) error {
+	round, err := s.secureStep(sess, m, pre)
 	if rd := s.round; err != nil && rd != nil && rd.secure != nil && round == uint32(rd.plan.T) {
 		// A late message of an earlier round does not count against the
 		// client in this one.
@@ -312,9 +312,69 @@ func (s *Server) secureMessage(sess *session, m *pb.ClientMessage) error {
 	return err
 }
 
+// checkedDealing is a dealing checked by checkDealing for secure round sr.
+type checkedDealing struct {
+	sr     *secureRound
+	values *secagg.Values
+	err    error
+}
+
+// checkDealing checks client id's dealing in secure round sr: its values
+// (secagg.Server.CheckDealing) and each share's signature by its dealer (a
+// holder ignores a dealing its dealer did not sign, which would then count
+// as right without being so). It reads only what no step of the round
+// changes once its keys are in, so that a deployed server checks its
+// clients' dealings on all cores, outside its lock (preDealing).
+func (s *Server) checkDealing(sr *secureRound, id uint32, m *pb.SecAggShares) *checkedDealing {
+	out := &checkedDealing{sr: sr}
+	fail := func(err error) *checkedDealing { out.err = err; return out }
+	round := m.GetRound()
+	values, err := sr.srv.CheckDealing(uint64(id), m.GetValues())
+	if err != nil {
+		return fail(err)
+	}
+	hv, err := sr.srv.HolderValues(uint64(id), values)
+	if err != nil {
+		return fail(err)
+	}
+	seen := map[uint32]bool{}
+	for _, sh := range m.GetShares() {
+		switch {
+		case sh.GetFrom() != id:
+			return fail(fmt.Errorf("round %d: a share from %d", round, sh.GetFrom()))
+		case seen[sh.GetTo()]:
+			return fail(fmt.Errorf("round %d: two shares for %d", round, sh.GetTo()))
+		case hv[uint64(sh.GetTo())] == nil:
+			return fail(fmt.Errorf("round %d: a share for %d, not a holder of its", round, sh.GetTo()))
+		}
+		seen[sh.GetTo()] = true
+		if err := verify(sr.identity[id], secaggShareSigned(s.runID, round, sh, hv[uint64(sh.GetTo())]), sh.GetSignature()); err != nil {
+			return fail(fmt.Errorf("round %d: its shares for %d: %w", round, sh.GetTo(), err))
+		}
+	}
+	out.values = values
+	return out
+}
+
+// preDealing checks a dealing before handle takes the server's lock for
+// it, when it is for the shares step under way: nil otherwise, and the
+// step checks it under the lock as it does any message.
+func (s *Server) preDealing(sess *session, m *pb.SecAggShares) *checkedDealing {
+	s.mu.Lock()
+	var sr *secureRound
+	if rd := s.round; rd != nil && rd.secure != nil && m.GetRound() == uint32(rd.plan.T) && rd.secure.step == secureShares {
+		sr = rd.secure
+	}
+	s.mu.Unlock()
+	if sr == nil {
+		return nil
+	}
+	return s.checkDealing(sr, sess.id, m)
+}
+
 // secureStep checks and records one message; it returns the round the
 // message names.
-func (s *Server) secureStep(sess *session, m *pb.ClientMessage) (uint32, error) {
+func (s *Server) secureStep(sess *session, m *pb.ClientMessage, pre *checkedDealing) (uint32, error) {
 	rd := s.round
 	var round uint32
 	switch b := m.GetBody().(type) {
@@ -362,28 +422,15 @@ func (s *Server) secureStep(sess *session, m *pb.ClientMessage) (uint32, error) 
 		if sr.step != secureShares {
 			return round, wrongStep("shares")
 		}
-		values, err := sr.srv.ParseValues(uint64(id), b.SecaggShares.GetValues())
-		if err != nil {
-			return round, err
+		if pre == nil || pre.sr != sr {
+			pre = s.checkDealing(sr, id, b.SecaggShares)
 		}
-		d := secagg.Dealing{Values: values, Sealed: map[uint64][]byte{}}
+		if pre.err != nil {
+			return round, pre.err
+		}
+		d := secagg.Dealing{Values: pre.values, Sealed: map[uint64][]byte{}}
 		sigs := map[uint32][]byte{}
 		for _, sh := range b.SecaggShares.GetShares() {
-			if sh.GetFrom() != id {
-				return round, fmt.Errorf("round %d: a share from %d", round, sh.GetFrom())
-			}
-			if _, dup := d.Sealed[uint64(sh.GetTo())]; dup {
-				return round, fmt.Errorf("round %d: two shares for %d", round, sh.GetTo())
-			}
-			// A holder ignores a dealing its dealer did not sign, which
-			// would then count as right without being so.
-			hv, err := sr.srv.HolderValues(uint64(id), values, uint64(sh.GetTo()))
-			if err != nil {
-				return round, err
-			}
-			if err := verify(sr.identity[id], secaggShareSigned(s.runID, round, sh, hv), sh.GetSignature()); err != nil {
-				return round, fmt.Errorf("round %d: its shares for %d: %w", round, sh.GetTo(), err)
-			}
 			d.Sealed[uint64(sh.GetTo())] = sh.GetCiphertext()
 			sigs[sh.GetTo()] = sh.GetSignature()
 		}

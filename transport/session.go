@@ -400,6 +400,10 @@ func (s *Server) drop(sess *session) {
 // fit the round is refused with a log line (and, for an upload, a
 // Receipt saying why); the session and the round go on.
 func (s *Server) handle(sess *session, m *pb.ClientMessage) {
+	var pre *checkedDealing
+	if d := m.GetSecaggShares(); d != nil {
+		pre = s.preDealing(sess, d)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var err error
@@ -419,7 +423,7 @@ func (s *Server) handle(sess *session, m *pb.ClientMessage) {
 		sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Receipt{Receipt: r}})
 	case *pb.ClientMessage_SecaggKeys, *pb.ClientMessage_SecaggShares, *pb.ClientMessage_SecaggCheck,
 		*pb.ClientMessage_SecaggConsent, *pb.ClientMessage_SecaggReveal, *pb.ClientMessage_SecaggDisclosure:
-		err = s.secureMessage(sess, m)
+		err = s.secureMessage(sess, m, pre)
 	case *pb.ClientMessage_Decline:
 		err = s.decline(sess, b.Decline)
 	case *pb.ClientMessage_Join:
