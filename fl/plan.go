@@ -18,7 +18,7 @@ type Plan struct {
 	T       int
 	Clients []int        // the round's clients by id, increasing: Clients[i] is at position i
 	Ranges  []mech.Range // each tensor's clipping range, public
-	Round   *Round       // the pairing or group order, and the server's slots
+	Pairing *Pairing     // the pairing or group order, and the server's slots
 	Global  [][]float32  // the model the clients start from; read only
 	agg     roundSum
 	got     []bool // positions whose upload was added
@@ -63,23 +63,23 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	round := NewRound(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer)
+	pairing := NewPairing(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer)
 	var agg roundSum
 	switch {
 	case e.cfg.SecureAggregation:
-		agg, err = e.newSecure(t, ranges, sel, round.ServerSlot)
+		agg, err = e.newSecure(t, ranges, sel, pairing.ServerSlot)
 	case e.cfg.Shuffle:
 		agg, err = e.newShuffled(t, ranges)
 	case e.cfg.Aggregator != nil:
-		agg = e.newRobust(ranges, round.ServerSlot)
+		agg = e.newRobust(ranges, pairing.ServerSlot)
 	default:
-		agg, err = e.newAggregate(ranges, sel, round.ServerSlot)
+		agg, err = e.newAggregate(ranges, sel, pairing.ServerSlot)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return &Plan{
-		T: t, Clients: sel, Ranges: ranges, Global: e.global, Round: round,
+		T: t, Clients: sel, Ranges: ranges, Global: e.global, Pairing: pairing,
 		agg: agg, got: make([]bool, len(sel)),
 	}, nil
 }
@@ -154,7 +154,7 @@ func (p *Plan) AddMasked(pos int, masked []byte, loss float64) error {
 func (p *Plan) alone() int {
 	n := 0
 	for pos, ok := range p.got {
-		if j := p.Round.Partner(pos); ok && (j < 0 || !p.got[j]) {
+		if j := p.Pairing.Partner(pos); ok && (j < 0 || !p.got[j]) {
 			n++
 		}
 	}
@@ -223,7 +223,7 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 			e.joined[p.Clients[pos]]++
 		}
 	}
-	r.SetupBytes = int64(p.Round.Pairs() * SetupBytes(e.m, e.params, e.cfg.Transfer))
+	r.SetupBytes = int64(p.Pairing.Pairs() * SetupBytes(e.m, e.params, e.cfg.Transfer))
 	if sec, ok := p.agg.(*secure); ok {
 		r.SetupBytes += sec.setup
 	}
@@ -335,7 +335,7 @@ func (e *Engine) central(l *privacy.Ledger, p *Plan) {
 	}
 	alone := 0
 	for pos, ok := range p.got {
-		if ok && p.Round.Partner(pos) < 0 {
+		if ok && p.Pairing.Partner(pos) < 0 {
 			alone++
 		}
 	}

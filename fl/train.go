@@ -434,7 +434,7 @@ func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) uploa
 		return u
 	}
 	u.Loss = loss
-	slot, err := p.Round.ClientSlot(pos, e.params)
+	slot, err := p.Pairing.ClientSlot(pos, e.params)
 	if err != nil {
 		u.err = err
 		return u

@@ -1,8 +1,3 @@
-// Package fl is fedpq's round engine: who takes part in a round, the
-// randomness each client and the server use, and federated training on top
-// of it (sampling, dropout, ranges, streaming aggregation, the global update,
-// checkpoints). The simulation and the server run the same code; only where
-// secrets come from differs.
 package fl
 
 import (
@@ -12,12 +7,12 @@ import (
 	"github.com/fedpq/fedpq/mech"
 )
 
-// Round is the randomness of one round of a mechanism among n clients
-// (indexed 0..n-1 within the round): the pairing or group order the server
-// announces, and how each client's Slot is made. In a simulation every
+// Pairing is how one round couples a mechanism's n clients (indexed 0..n-1
+// within the round), and the randomness that follows: the pairing or group
+// order the server announces, and how each client's Slot is made. In a simulation every
 // secret derives from the run's seed; the key agreement, role coin and
 // sealing are the real ones.
-type Round struct {
+type Pairing struct {
 	m        mech.Mechanism
 	secret   []byte
 	t        uint64
@@ -27,11 +22,11 @@ type Round struct {
 	order    []int // Grouped: each client's position
 }
 
-// NewRound draws round t's pairing (Paired mechanisms) or group order
+// NewPairing draws round t's pairing (Paired mechanisms) or group order
 // (Grouped) for n clients from secret. With transfer, a pair's leader sends
 // its shared bits sealed, as the papers do, instead of both deriving them.
-func NewRound(m mech.Mechanism, secret []byte, t uint64, n int, transfer bool) *Round {
-	r := &Round{m: m, secret: secret, t: t, n: n, transfer: transfer}
+func NewPairing(m mech.Mechanism, secret []byte, t uint64, n int, transfer bool) *Pairing {
+	r := &Pairing{m: m, secret: secret, t: t, n: n, transfer: transfer}
 	switch m.Coupling() {
 	case mech.Paired:
 		r.partner = corr.Pairing(corr.Derive(secret, "pairing", t), n, m.Alone())
@@ -43,7 +38,7 @@ func NewRound(m mech.Mechanism, secret []byte, t uint64, n int, transfer bool) *
 }
 
 // Partner is client i's partner, or -1 (unpaired, or not a Paired mechanism).
-func (r *Round) Partner(i int) int {
+func (r *Pairing) Partner(i int) int {
 	if r.partner == nil {
 		return -1
 	}
@@ -51,7 +46,7 @@ func (r *Round) Partner(i int) int {
 }
 
 // Pairs is the number of pairs formed.
-func (r *Round) Pairs() int {
+func (r *Pairing) Pairs() int {
 	p := 0
 	for i, j := range r.partner {
 		if j > i {
@@ -63,7 +58,7 @@ func (r *Round) Pairs() int {
 
 // ClientSlot returns client i's randomness for encoding n parameters in
 // all (the sum over its tensors, which sizes the transfer mode's message).
-func (r *Round) ClientSlot(i, n int) (mech.Slot, error) {
+func (r *Pairing) ClientSlot(i, n int) (mech.Slot, error) {
 	slot := mech.Slot{Private: corr.Derive(r.secret, "private", r.t, uint64(i))}
 	if k, ok := r.SharedKey(i); ok {
 		slot.Shared = corr.NewStream(k)
@@ -81,7 +76,7 @@ func (r *Round) ClientSlot(i, n int) (mech.Slot, error) {
 // dither (Dithered) or the group's bits (Grouped); false for mechanisms that
 // share nothing with the server. A deployed server sends it to the client
 // with the round.
-func (r *Round) SharedKey(i int) ([32]byte, bool) {
+func (r *Pairing) SharedKey(i int) ([32]byte, bool) {
 	switch r.m.Coupling() {
 	case mech.Grouped:
 		return corr.Key(r.secret, "group-shared", r.t), true
@@ -92,7 +87,7 @@ func (r *Round) SharedKey(i int) ([32]byte, bool) {
 }
 
 // Group is client i's place in its group (Grouped); 0, 0 otherwise.
-func (r *Round) Group(i int) (index, size int) {
+func (r *Pairing) Group(i int) (index, size int) {
 	if r.order == nil {
 		return 0, 0
 	}
@@ -101,7 +96,7 @@ func (r *Round) Group(i int) (index, size int) {
 
 // ServerSlot is what the server knows of client i's randomness: the dither
 // it shares with Dithered clients, nothing otherwise.
-func (r *Round) ServerSlot(i int) mech.Slot {
+func (r *Pairing) ServerSlot(i int) mech.Slot {
 	if r.m.Coupling() == mech.Dithered {
 		k, _ := r.SharedKey(i)
 		return mech.Slot{Shared: corr.NewStream(k)}
@@ -135,14 +130,14 @@ func TransferBytes(m mech.Mechanism, n int) int {
 }
 
 // identity is client i's X25519 key for the round.
-func (r *Round) identity(i int) (*corr.Identity, error) {
+func (r *Pairing) identity(i int) (*corr.Identity, error) {
 	return corr.NewIdentity(corr.Key(r.secret, "x25519", r.t, uint64(i)))
 }
 
 // pair runs client i's key agreement with its partner and sets its role
 // and shared bits: derived from the secret, or, in transfer mode, sent by
 // the leader sealed under a key from the secret.
-func (r *Round) pair(i, n int, slot *mech.Slot) error {
+func (r *Pairing) pair(i, n int, slot *mech.Slot) error {
 	j := r.partner[i]
 	if j < 0 {
 		return nil // alone: an exact ldpq client
