@@ -154,7 +154,7 @@ type Engine struct {
 	start            time.Time
 	before           time.Duration // wall time of the run before it was restored
 	byz              []bool        // the clients that attack (byzantine.go); nil: none
-	flipped          []int32       // label-flip: the training labels, flipped
+	encode           encoder       // honest, or wrapped by the attackers
 }
 
 // elapsed is the run's wall time so far, across restarts.
@@ -208,6 +208,7 @@ func New(cfg Config, task Task) (*Engine, error) {
 	if e.secret == nil {
 		e.secret = corr.SeedSecret(cfg.Seed)
 	}
+	e.encode = e.honest
 	if cfg.SecureAggregation {
 		if err := e.checkSecure(); err != nil {
 			return nil, err
@@ -370,9 +371,15 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 			if firstErr != nil {
 				continue
 			}
+			// An attacker whose message left the support (scale:S
+			// under none, which does not clip, beyond its 1000 r) is
+			// refused and the round goes on without it, counted as
+			// dropped, as a deployed server does; any other refusal is
+			// a bug, and stops the run.
 			if u.err == nil {
-				u.err = p.Add(u.pos, u.Upload)
-				u.err = e.refused(sel[u.pos], u.err)
+				if err := p.Add(u.pos, u.Upload); err != nil && !e.attacker(sel[u.pos]) {
+					u.err = err
+				}
 			}
 			if u.err != nil {
 				firstErr = fmt.Errorf("client %d: %w", sel[u.pos], u.err)
@@ -427,7 +434,7 @@ func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) uploa
 	k := p.Clients[pos]
 	u := upload{pos: pos, Upload: Upload{Examples: e.examples[k]}}
 	train := e.task.Data.Train
-	local, loss, err := tr.Train(ctx, p.Global, train.X, e.labels(k), e.task.Clients[k],
+	local, loss, err := tr.Train(ctx, p.Global, train.X, train.Y, e.task.Clients[k],
 		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k), Client: k, Round: p.T, ProxMu: e.cfg.ProxMu})
 	if err != nil {
 		u.err = err
