@@ -147,7 +147,7 @@ func View(ctx context.Context, m *model.Model, w [][]float32, mk mech.Mechanism,
 		n += len(t)
 	}
 	secret := corr.SeedSecret(seed)
-	round := fl.NewRound(mk, secret, 1, len(batches), false)
+	pairing := fl.NewPairing(mk, secret, 1, len(batches), false)
 	sums := make([]mech.Sum, len(w))
 	for i, t := range w {
 		s, err := mk.NewSum(len(t), ranges[i])
@@ -157,7 +157,7 @@ func View(ctx context.Context, m *model.Model, w [][]float32, mk mech.Mechanism,
 		sums[i] = s
 	}
 	for k, msg := range msgs {
-		slot, err := round.ClientSlot(k, n)
+		slot, err := pairing.ClientSlot(k, n)
 		if err != nil {
 			return nil, err
 		}
@@ -166,7 +166,7 @@ func View(ctx context.Context, m *model.Model, w [][]float32, mk mech.Mechanism,
 		if err != nil {
 			return nil, err
 		}
-		server := round.ServerSlot(k)
+		server := pairing.ServerSlot(k)
 		for i, p := range payloads {
 			if err := sums[i].Add(p, server); err != nil {
 				return nil, fmt.Errorf("attack: decoding tensor %d: %w", i, err)

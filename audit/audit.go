@@ -367,7 +367,7 @@ func sample(m mech.Mechanism, rg mech.Range, w float64, o Observer, n int, secre
 }
 
 // serverSlot is what the server knows of a client's coins, as
-// fl.Round.ServerSlot gives it: the dither of a Dithered mechanism.
+// fl.Pairing.ServerSlot gives it: the dither of a Dithered mechanism.
 func serverSlot(m mech.Mechanism, id func(string) corr.Source, who string) mech.Slot {
 	if m.Coupling() == mech.Dithered {
 		return mech.Slot{Shared: id(who + " dither")}

@@ -154,12 +154,12 @@ type round struct {
 	m      mech.Mechanism
 	t      uint64
 	secret []byte
-	*fl.Round
+	*fl.Pairing
 }
 
 func runTrial(ctx context.Context, c Config, m mech.Mechanism, info mech.Info, t uint64, acc *accumulator) error {
 	secret := corr.SeedSecret(c.Seed)
-	rd := &round{c: c, m: m, t: t, secret: secret, Round: fl.NewRound(m, secret, t, c.Clients, c.Transfer)}
+	rd := &round{c: c, m: m, t: t, secret: secret, Pairing: fl.NewPairing(m, secret, t, c.Clients, c.Transfer)}
 	sum, err := m.NewSum(c.Dim, c.Range)
 	if err != nil {
 		return err

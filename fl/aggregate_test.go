@@ -35,7 +35,7 @@ func TestDitherPerTensor(t *testing.T) {
 		want := [][]float64{make([]float64, 2), make([]float64, 2)}
 		for pos := range p.Clients {
 			local := [][]float32{{0.1, -0.5}, {0.3, float32(pos) / 4}}
-			slot, err := p.Round.ClientSlot(pos, 4)
+			slot, err := p.Pairing.ClientSlot(pos, 4)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,7 +46,7 @@ func TestDitherPerTensor(t *testing.T) {
 			if err := p.Add(pos, Upload{Payloads: payloads, Examples: 1, Loss: 0.1}); err != nil {
 				t.Fatal(err)
 			}
-			server := p.Round.ServerSlot(pos) // one stream, read tensor after tensor
+			server := p.Pairing.ServerSlot(pos) // one stream, read tensor after tensor
 			for i, pl := range payloads {
 				s, err := m.NewSum(len(want[i]), p.Ranges[i])
 				if err != nil {

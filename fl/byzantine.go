@@ -1,6 +1,7 @@
 package fl
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/model"
 )
 
 // Attack is what a Byzantine client does, within the support: every
@@ -237,40 +239,36 @@ func (c *Config) ValidateByzantine(n int) error {
 // attacker reports whether client k attacks.
 func (e *Engine) attacker(k int) bool { return e.byz != nil && e.byz[k] }
 
-// refused is err, the server's refusal of client k's upload, as the
-// simulation takes it: an attacker whose message left the support (scale:S
-// under none, which does not clip, beyond its 1000 r) is refused and the
-// round goes on without it, counted as dropped, as a deployed server does;
-// any other refusal is a bug, and stops the run.
-func (e *Engine) refused(k int, err error) error {
-	if e.attacker(k) {
-		return nil
+// attacking wraps honest so that the run's attackers encode as they
+// attack; every other client's upload is honest's.
+func (e *Engine) attacking(honest encoder) encoder {
+	return func(k int, p *Plan, local [][]float32, slot mech.Slot) ([][]byte, error) {
+		if !e.attacker(k) {
+			return honest(k, p, local, slot)
+		}
+		return e.cfg.Byzantine.Encode(e.m, e.cfg.Perturb, p.Global, local, p.Ranges, slot,
+			corr.Derive(e.secret, "byzantine-constant", uint64(k)))
 	}
-	return err
 }
 
-// labels is the labels client k trains on: the dataset's, or a
-// label-flip attacker's flipped copy.
-func (e *Engine) labels(k int) []int32 {
-	if e.flipped != nil && e.attacker(k) {
-		return e.flipped
-	}
-	return e.task.Data.Train.Y
+// flipping is a worker's Trainer in a label-flip run: the attackers
+// (TrainConfig.Client) train on the flipped labels, the others on y.
+type flipping struct {
+	Trainer
+	byz     []bool
+	flipped []int32
 }
 
-// encode encodes client k's trained weights local for round p, attacking
-// if k is Byzantine.
-func (e *Engine) encode(k int, p *Plan, local [][]float32, slot mech.Slot) ([][]byte, error) {
-	if !e.attacker(k) {
-		return Encode(e.m, e.cfg.Perturb, p.Global, local, p.Ranges, slot)
+func (f flipping) Train(ctx context.Context, weights [][]float32, x []float32, y []int32, idx []int, cfg model.TrainConfig) ([][]float32, float64, error) {
+	if f.byz[cfg.Client] {
+		y = f.flipped
 	}
-	return e.cfg.Byzantine.Encode(e.m, e.cfg.Perturb, p.Global, local, p.Ranges, slot,
-		corr.Derive(e.secret, "byzantine-constant", uint64(k)))
+	return f.Trainer.Train(ctx, weights, x, y, idx, cfg)
 }
 
-// setByzantine chooses the run's attackers and prepares what they need:
-// a mechanism that can carry the attack out, and for label-flip the
-// flipped labels.
+// setByzantine chooses the run's attackers and, where there are any, wraps
+// encoding, and for label-flip training, in their attack: a mechanism must
+// be able to carry it out.
 func (e *Engine) setByzantine(n int) error {
 	if err := e.cfg.ValidateByzantine(n); err != nil {
 		return err
@@ -281,15 +279,22 @@ func (e *Engine) setByzantine(n int) error {
 	if e.byz = byzantine(e.secret, n, e.cfg.ByzantineFraction); e.byz == nil {
 		return nil
 	}
-	if e.cfg.Byzantine.Kind == LabelFlip {
-		if e.task.Data == nil || e.task.Data.Train == nil {
-			return fmt.Errorf("fl: byzantine label-flip needs the clients' training data (a simulation)")
-		}
-		var err error
-		train := e.task.Data.Train
-		if e.flipped, err = FlipLabels(train.Y, train.Classes); err != nil {
-			return err
-		}
+	e.encode = e.attacking(e.encode)
+	if e.cfg.Byzantine.Kind != LabelFlip {
+		return nil
 	}
+	if e.task.Data == nil || e.task.Data.Train == nil {
+		return fmt.Errorf("fl: byzantine label-flip needs the clients' training data (a simulation)")
+	}
+	train := e.task.Data.Train
+	flipped, err := FlipLabels(train.Y, train.Classes)
+	if err != nil {
+		return err
+	}
+	trainers := make([]Trainer, len(e.task.Trainers)) // the caller's slice stays as it was
+	for w, tr := range e.task.Trainers {
+		trainers[w] = flipping{tr, e.byz, flipped}
+	}
+	e.task.Trainers = trainers
 	return nil
 }

@@ -5,8 +5,6 @@ import (
 	"math"
 
 	"github.com/fedpq/fedpq/mech"
-	"github.com/fedpq/fedpq/privacy"
-	"github.com/fedpq/fedpq/report"
 	"github.com/fedpq/fedpq/secagg"
 )
 
@@ -18,7 +16,7 @@ type Plan struct {
 	T       int
 	Clients []int        // the round's clients by id, increasing: Clients[i] is at position i
 	Ranges  []mech.Range // each tensor's clipping range, public
-	Round   *Round       // the pairing or group order, and the server's slots
+	Pairing *Pairing     // the pairing or group order, and the server's slots
 	Global  [][]float32  // the model the clients start from; read only
 	agg     roundSum
 	got     []bool // positions whose upload was added
@@ -38,74 +36,6 @@ type Upload struct {
 	Payloads [][]byte
 	Examples int
 	Loss     float64
-}
-
-// Begin starts round t among the clients online (ids; nil means all):
-// it samples the round's clients from them, draws the pairing or group
-// order and chooses the ranges.
-func (e *Engine) Begin(t int, online []int) (*Plan, error) {
-	if t != e.done+1 {
-		return nil, fmt.Errorf("fl: round %d begun after round %d", t, e.done)
-	}
-	if online == nil {
-		online = make([]int, len(e.examples))
-		for k := range online {
-			online[k] = k
-		}
-	}
-	for _, k := range online {
-		if k < 0 || k >= len(e.examples) || e.examples[k] < 1 {
-			return nil, fmt.Errorf("fl: client %d is not enrolled", k)
-		}
-	}
-	sel := e.sample(t, online)
-	ranges, err := e.ranges()
-	if err != nil {
-		return nil, err
-	}
-	round := NewRound(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer)
-	var agg roundSum
-	switch {
-	case e.cfg.SecureAggregation:
-		agg, err = e.newSecure(t, ranges, sel, round.ServerSlot)
-	case e.cfg.Shuffle:
-		agg, err = e.newShuffled(t, ranges)
-	case e.cfg.Aggregator != nil:
-		agg = e.newRobust(ranges, round.ServerSlot)
-	default:
-		agg, err = e.newAggregate(ranges, sel, round.ServerSlot)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &Plan{
-		T: t, Clients: sel, Ranges: ranges, Global: e.global, Round: round,
-		agg: agg, got: make([]bool, len(sel)),
-	}, nil
-}
-
-// Add decodes the upload of the client at position pos into the round's
-// aggregate. An upload that is refused (a second one from the same client,
-// a wrong size, a value no honest client sends, a training loss that is not
-// a number in [0, MaxLoss]) leaves the aggregate as it was: the round goes
-// on without it.
-func (p *Plan) Add(pos int, u Upload) error {
-	switch {
-	case pos < 0 || pos >= len(p.got):
-		return fmt.Errorf("position %d is not in round %d", pos, p.T)
-	case p.got[pos]:
-		return fmt.Errorf("a second upload from client %d in round %d", p.Clients[pos], p.T)
-	case u.Examples < 1:
-		return fmt.Errorf("upload trained on %d examples", u.Examples)
-	case !(u.Loss >= 0 && u.Loss <= MaxLoss): // NaN too
-		return fmt.Errorf("training loss %v is not in [0, %g]", u.Loss, MaxLoss)
-	}
-	if err := p.agg.add(pos, u); err != nil {
-		return err
-	}
-	p.got[pos] = true
-	p.loss += u.Loss
-	return nil
 }
 
 // SecAgg is a secure round's protocol server, settings and beacon link
@@ -149,118 +79,8 @@ func (p *Plan) AddMasked(pos int, masked []byte, loss float64) error {
 	return nil
 }
 
-// alone is the number of uploads added whose sender has no partner, or
-// whose partner's upload is not in the sum.
-func (p *Plan) alone() int {
-	n := 0
-	for pos, ok := range p.got {
-		if j := p.Round.Partner(pos); ok && (j < 0 || !p.got[j]) {
-			n++
-		}
-	}
-	return n
-}
-
 // Received is the number of uploads added.
 func (p *Plan) Received() int { return p.agg.count() }
-
-// End finishes the round: the global update from the uploads received (the
-// mean divides by their number), the privacy ledger, and the evaluation.
-// An aggregate that is not finite, or that would make the float32 model
-// not finite, is not applied: the round is discarded, with the reason in
-// the report's Discarded, the model stays as it was, and the run goes on.
-func (e *Engine) End(p *Plan) (report.Round, error) {
-	received := p.agg.count()
-	r := report.Round{Round: p.T, Clients: received, Dropped: len(p.Clients) - received}
-	for _, rg := range p.Ranges {
-		r.RangeRadius = append(r.RangeRadius, rg.Radius)
-	}
-	if received > 0 {
-		est, err := p.agg.mean()
-		_, secured := p.agg.(*secure)
-		_, robustRound := p.agg.(*robustSum)
-		switch {
-		case err != nil && secured:
-			// Too few survivors to unmask the sum: the round is lost,
-			// not the run.
-			r.Discarded = "secure aggregation: " + err.Error()
-		case err != nil && robustRound:
-			// Too few uploads for the rule's assumptions: likewise.
-			r.Discarded = err.Error()
-		case err != nil:
-			return r, err
-		default:
-			if err := e.update(est); err != nil {
-				r.Discarded = err.Error()
-			} else if e.radii != nil {
-				if err := e.adapt(est, p.Ranges, received, p.alone()); err != nil {
-					return r, err
-				}
-			}
-		}
-		bits := e.bits()
-		if sec, ok := p.agg.(*secure); ok {
-			bits = sec.uploadBits()
-		}
-		r.TrainLoss = p.loss / float64(received)
-		r.UplinkBits = int64(received) * int64(bits)
-		r.UplinkBitsPerParam = float64(bits) / float64(e.params)
-	}
-	if received > 0 {
-		alone := p.alone()
-		if e.minSum == 0 || received < e.minSum {
-			e.minSum = received
-		}
-		if e.minAlone < 0 || alone < e.minAlone {
-			e.minAlone = alone
-		}
-	}
-	// A discarded round's clients are charged all the same: their
-	// messages were sent, and whoever saw them (the server, an
-	// eavesdropper) learnt what they reveal.
-	for pos, ok := range p.got {
-		if ok {
-			e.joined[p.Clients[pos]]++
-		}
-	}
-	r.SetupBytes = int64(p.Round.Pairs() * SetupBytes(e.m, e.params, e.cfg.Transfer))
-	if sec, ok := p.agg.(*secure); ok {
-		r.SetupBytes += sec.setup
-	}
-	if e.ldp {
-		r.Epsilon = e.cfg.Mech.Epsilon
-		r.EpsilonSpent = e.spent()
-		l, _, err := e.Ledger()
-		if err != nil {
-			return r, err
-		}
-		if e.m.Alone() > 0 { // AugCorBin: some clients quantize alone by design
-			e.central(l, p)
-		}
-		if e.cfg.SecureAggregation || e.cfg.Shuffle {
-			if err := e.hidden(l, p.T == e.cfg.Rounds); err != nil {
-				return r, err
-			}
-		}
-		r.Privacy = l
-	} else if _, modular := e.m.(mech.Modular); modular && e.cfg.SecureAggregation {
-		// ddgauss and skellam: no guarantee from one message, a central
-		// one from the secure sum.
-		l := &privacy.Ledger{Rounds: e.most(), Parameters: e.params, Delta: e.cfg.LedgerDelta}
-		if err := e.hidden(l, p.T == e.cfg.Rounds); err != nil {
-			return r, err
-		}
-		r.Privacy = l
-	}
-	if p.T%e.cfg.EvalEvery == 0 || p.T == e.cfg.Rounds {
-		if err := e.evaluate(&r); err != nil {
-			return r, err
-		}
-	}
-	e.done = p.T
-	r.Seconds = e.elapsed()
-	return r, nil
-}
 
 // Enroll records that client k, which holds its own data (a server's
 // client), trains on the given number of examples: its weight is
@@ -274,79 +94,4 @@ func (e *Engine) Enroll(k, examples int) error {
 	}
 	e.examples[k] = e.cfg.weight(examples)
 	return nil
-}
-
-// Encode turns a client's trained weights into its upload's payloads: the
-// weights, or in updates mode their difference from the global model
-// (computed in place in local), each tensor encoded by the mechanism in its
-// range with the client's slot.
-func Encode(m mech.Mechanism, perturb string, global, local [][]float32, ranges []mech.Range, slot mech.Slot) ([][]byte, error) {
-	if err := toInputs(perturb, global, local); err != nil {
-		return nil, err
-	}
-	return encodeTensors(m, local, ranges, slot)
-}
-
-// toInputs turns local, a client's trained weights, in place into what
-// it encodes: the weights themselves, or in updates mode their difference
-// from the global model.
-func toInputs(perturb string, global, local [][]float32) error {
-	if len(local) != len(global) {
-		return fmt.Errorf("fl: %d tensors, %d global", len(local), len(global))
-	}
-	for i, w := range local {
-		if len(w) != len(global[i]) {
-			return fmt.Errorf("fl: tensor %d has %d values, the model %d", i, len(w), len(global[i]))
-		}
-	}
-	if perturb == "updates" {
-		for i, w := range local {
-			for j := range w {
-				w[j] -= global[i][j]
-			}
-		}
-	}
-	return nil
-}
-
-// encodeTensors encodes each tensor of in by the mechanism in its range
-// with the client's slot.
-func encodeTensors(m mech.Mechanism, in [][]float32, ranges []mech.Range, slot mech.Slot) ([][]byte, error) {
-	if len(ranges) != len(in) {
-		return nil, fmt.Errorf("fl: %d tensors and %d ranges", len(in), len(ranges))
-	}
-	payloads := make([][]byte, len(in))
-	for i, w := range in {
-		var err error
-		if payloads[i], err = m.Encode(nil, w, ranges[i], slot); err != nil {
-			return nil, fmt.Errorf("tensor %d: %w", i, err)
-		}
-	}
-	return payloads, nil
-}
-
-// central adds augcorbin's user-level central bound for round p to l: the
-// round's mean over the uploads received, of which those whose sender
-// quantized alone make the noise.
-func (e *Engine) central(l *privacy.Ledger, p *Plan) {
-	if e.cfg.Weighting != "mean" {
-		l.CentralNote = "the central bound is for equal weights (weighting: mean)"
-		return
-	}
-	alone := 0
-	for pos, ok := range p.got {
-		if ok && p.Round.Partner(pos) < 0 {
-			alone++
-		}
-	}
-	if alone == 0 {
-		l.CentralNote = "no client quantized alone"
-		return
-	}
-	eps, err := privacy.AugCorBinCentral(e.cfg.Mech.Epsilon, e.cfg.LedgerDelta, alone, e.params)
-	if err != nil {
-		l.CentralNote = err.Error()
-		return
-	}
-	l.Central = privacy.NewBound(eps, e.cfg.LedgerDelta)
 }

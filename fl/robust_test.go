@@ -110,7 +110,7 @@ func TestRobustRoundTooSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	for pos := range 3 {
-		slot, err := p.Round.ClientSlot(pos, 2)
+		slot, err := p.Pairing.ClientSlot(pos, 2)
 		if err != nil {
 			t.Fatal(err)
 		}

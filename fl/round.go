@@ -1,188 +1,432 @@
-// Package fl is fedpq's round engine: who takes part in a round, the
-// randomness each client and the server use, and federated training on top
-// of it (sampling, dropout, ranges, streaming aggregation, the global update,
-// checkpoints). The simulation and the server run the same code; only where
-// secrets come from differs.
 package fl
 
 import (
+	"context"
 	"fmt"
+	"math"
+	"sort"
+	"sync"
 
 	"github.com/fedpq/fedpq/corr"
-	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/model"
+	"github.com/fedpq/fedpq/report"
 )
 
-// Round is the randomness of one round of a mechanism among n clients
-// (indexed 0..n-1 within the round): the pairing or group order the server
-// announces, and how each client's Slot is made. In a simulation every
-// secret derives from the run's seed; the key agreement, role coin and
-// sealing are the real ones.
-type Round struct {
-	m        mech.Mechanism
-	secret   []byte
-	t        uint64
-	n        int
-	transfer bool
-	partner  []int // Paired: each client's partner, or -1
-	order    []int // Grouped: each client's position
+// upload is one simulated client's upload for a round.
+type upload struct {
+	pos int // the client's position in the round
+	Upload
+	err error
 }
 
-// NewRound draws round t's pairing (Paired mechanisms) or group order
-// (Grouped) for n clients from secret. With transfer, a pair's leader sends
-// its shared bits sealed, as the papers do, instead of both deriving them.
-func NewRound(m mech.Mechanism, secret []byte, t uint64, n int, transfer bool) *Round {
-	r := &Round{m: m, secret: secret, t: t, n: n, transfer: transfer}
-	switch m.Coupling() {
-	case mech.Paired:
-		r.partner = corr.Pairing(corr.Derive(secret, "pairing", t), n, m.Alone())
-	case mech.Grouped:
-		r.order = make([]int, n)
-		corr.Shuffle(corr.Derive(secret, "group-order", t), r.order)
+// round runs round t: the server begins it, every sampled client that does
+// not drop out trains and uploads, in parallel over the workers, and the
+// server adds the uploads and ends it.
+func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
+	p, err := e.Begin(t, nil)
+	if err != nil {
+		return report.Round{}, err
 	}
-	return r
-}
+	sel := p.Clients
+	dropped := e.dropouts(t, len(sel))
 
-// Partner is client i's partner, or -1 (unpaired, or not a Paired mechanism).
-func (r *Round) Partner(i int) int {
-	if r.partner == nil {
-		return -1
-	}
-	return r.partner[i]
-}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := e.uploads(ctx, p, dropped)
 
-// Pairs is the number of pairs formed.
-func (r *Round) Pairs() int {
-	p := 0
-	for i, j := range r.partner {
-		if j > i {
-			p++
+	// The server: add uploads in position order, so float sums are
+	// reproducible; at most about Workers uploads wait out of order.
+	pending := map[int]upload{}
+	next := 0
+	var firstErr error
+	for u := range out {
+		pending[u.pos] = u
+		for ; next < len(sel); next++ {
+			if dropped[next] {
+				continue
+			}
+			u, ok := pending[next]
+			if !ok {
+				break
+			}
+			delete(pending, next)
+			if firstErr != nil {
+				continue
+			}
+			// An attacker whose message left the support (scale:S
+			// under none, which does not clip, beyond its 1000 r) is
+			// refused and the round goes on without it, counted as
+			// dropped, as a deployed server does; any other refusal is
+			// a bug, and stops the run.
+			if u.err == nil {
+				if err := p.Add(u.pos, u.Upload); err != nil && !e.attacker(sel[u.pos]) {
+					u.err = err
+				}
+			}
+			if u.err != nil {
+				firstErr = fmt.Errorf("client %d: %w", sel[u.pos], u.err)
+				cancel()
+			}
 		}
 	}
-	return p
+	if firstErr != nil {
+		return report.Round{}, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return report.Round{}, err
+	}
+	return e.End(p)
 }
 
-// ClientSlot returns client i's randomness for encoding n parameters in
-// all (the sum over its tensors, which sizes the transfer mode's message).
-func (r *Round) ClientSlot(i, n int) (mech.Slot, error) {
-	slot := mech.Slot{Private: corr.Derive(r.secret, "private", r.t, uint64(i))}
-	if k, ok := r.SharedKey(i); ok {
-		slot.Shared = corr.NewStream(k)
+// Begin starts round t among the clients online (ids; nil means all):
+// it samples the round's clients from them, draws the pairing or group
+// order and chooses the ranges.
+func (e *Engine) Begin(t int, online []int) (*Plan, error) {
+	if t != e.done+1 {
+		return nil, fmt.Errorf("fl: round %d begun after round %d", t, e.done)
 	}
-	slot.Index, slot.Size = r.Group(i)
-	if r.m.Coupling() == mech.Paired {
-		if err := r.pair(i, n, &slot); err != nil {
-			return slot, err
+	if online == nil {
+		online = make([]int, len(e.examples))
+		for k := range online {
+			online[k] = k
 		}
 	}
-	return slot, nil
+	for _, k := range online {
+		if k < 0 || k >= len(e.examples) || e.examples[k] < 1 {
+			return nil, fmt.Errorf("fl: client %d is not enrolled", k)
+		}
+	}
+	sel := e.sample(t, online)
+	ranges, err := e.ranges()
+	if err != nil {
+		return nil, err
+	}
+	pairing := NewPairing(e.m, e.secret, uint64(t), len(sel), e.cfg.Transfer)
+	var agg roundSum
+	switch {
+	case e.cfg.SecureAggregation:
+		agg, err = e.newSecure(t, ranges, sel, pairing.ServerSlot)
+	case e.cfg.Shuffle:
+		agg, err = e.newShuffled(t, ranges)
+	case e.cfg.Aggregator != nil:
+		agg = e.newRobust(ranges, pairing.ServerSlot)
+	default:
+		agg, err = e.newAggregate(ranges, sel, pairing.ServerSlot)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Plan{
+		T: t, Clients: sel, Ranges: ranges, Global: e.global, Pairing: pairing,
+		agg: agg, got: make([]bool, len(sel)),
+	}, nil
 }
 
-// SharedKey is the key of the stream client i shares with the server: its
-// dither (Dithered) or the group's bits (Grouped); false for mechanisms that
-// share nothing with the server. A deployed server sends it to the client
-// with the round.
-func (r *Round) SharedKey(i int) ([32]byte, bool) {
-	switch r.m.Coupling() {
-	case mech.Grouped:
-		return corr.Key(r.secret, "group-shared", r.t), true
-	case mech.Dithered:
-		return corr.Key(r.secret, "dither", r.t, uint64(i)), true
+// sample draws round t's clients from those online: a uniformly random
+// subset of ClientsPerRound, in increasing order.
+func (e *Engine) sample(t int, online []int) []int {
+	k := e.cfg.ClientsPerRound
+	if k <= 0 || k >= len(online) {
+		return append([]int(nil), online...)
 	}
-	return [32]byte{}, false
+	perm := make([]int, len(online))
+	corr.Shuffle(corr.Derive(e.secret, "sample", uint64(t)), perm)
+	sel := perm[:k]
+	sort.Ints(sel)
+	for i, j := range sel {
+		sel[i] = online[j]
+	}
+	return sel
 }
 
-// Group is client i's place in its group (Grouped); 0, 0 otherwise.
-func (r *Round) Group(i int) (index, size int) {
-	if r.order == nil {
-		return 0, 0
+// dropouts draws which of the round's clients drop out before uploading.
+// They were paired all the same: a partner left alone is an exact ldpq
+// client, and the mean divides by the uploads received.
+func (e *Engine) dropouts(t, n int) []bool {
+	d := make([]bool, n)
+	if e.cfg.Dropout == 0 {
+		return d
 	}
-	return r.order[i], r.n
+	src := corr.Derive(e.secret, "dropout", uint64(t))
+	for i := range d {
+		d[i] = src.Float64() < e.cfg.Dropout
+	}
+	return d
 }
 
-// ServerSlot is what the server knows of client i's randomness: the dither
-// it shares with Dithered clients, nothing otherwise.
-func (r *Round) ServerSlot(i int) mech.Slot {
-	if r.m.Coupling() == mech.Dithered {
-		k, _ := r.SharedKey(i)
-		return mech.Slot{Shared: corr.NewStream(k)}
+// uploads trains the round's clients that do not drop out, in parallel over
+// the workers, and sends their uploads, in the order they are done, on the
+// channel it returns, closed once all are sent or ctx is done.
+func (e *Engine) uploads(ctx context.Context, p *Plan, dropped []bool) <-chan upload {
+	jobs := make(chan int)
+	out := make(chan upload, e.cfg.Workers)
+	var wg sync.WaitGroup
+	for w := range min(e.cfg.Workers, len(e.task.Trainers)) {
+		wg.Add(1)
+		go func(tr Trainer) {
+			defer wg.Done()
+			for pos := range jobs {
+				u := e.client(ctx, tr, p, pos)
+				select {
+				case out <- u:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}(e.task.Trainers[w])
 	}
-	return mech.Slot{}
+	go func() {
+		defer close(jobs)
+		for pos := range p.Clients {
+			if dropped[pos] {
+				continue
+			}
+			select {
+			case jobs <- pos:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(out) }()
+	return out
 }
 
-// SetupBytes is what one pair sends to set up its shared bits for n
-// parameters of mechanism m: two X25519 public keys, plus in transfer mode
-// the sealed bits (whole 64-bit words). 0 for unpaired mechanisms.
-func SetupBytes(m mech.Mechanism, n int, transfer bool) int {
-	if m.Coupling() != mech.Paired {
-		return 0
+// client trains the client at position pos of round p from the global
+// model and encodes its weights or update, tensor by tensor.
+func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) upload {
+	k := p.Clients[pos]
+	u := upload{pos: pos, Upload: Upload{Examples: e.examples[k]}}
+	train := e.task.Data.Train
+	local, loss, err := tr.Train(ctx, p.Global, train.X, train.Y, e.task.Clients[k],
+		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k), Client: k, Round: p.T, ProxMu: e.cfg.ProxMu})
+	if err != nil {
+		u.err = err
+		return u
 	}
-	b := 2 * corr.PublicKeyBytes
-	if transfer {
-		b += TransferBytes(m, n) + corr.SealedOverhead
+	u.Loss = loss
+	slot, err := p.Pairing.ClientSlot(pos, e.params)
+	if err != nil {
+		u.err = err
+		return u
+	}
+	u.Payloads, u.err = e.encode(k, p, local, slot)
+	return u
+}
+
+// seedOf derives a 64-bit seed for one purpose of client k in round t.
+func seedOf(secret []byte, purpose string, t, k int) uint64 {
+	return corr.Derive(secret, purpose, uint64(t), uint64(k)).Uint64()
+}
+
+// Add decodes the upload of the client at position pos into the round's
+// aggregate. An upload that is refused (a second one from the same client,
+// a wrong size, a value no honest client sends, a training loss that is not
+// a number in [0, MaxLoss]) leaves the aggregate as it was: the round goes
+// on without it.
+func (p *Plan) Add(pos int, u Upload) error {
+	switch {
+	case pos < 0 || pos >= len(p.got):
+		return fmt.Errorf("position %d is not in round %d", pos, p.T)
+	case p.got[pos]:
+		return fmt.Errorf("a second upload from client %d in round %d", p.Clients[pos], p.T)
+	case u.Examples < 1:
+		return fmt.Errorf("upload trained on %d examples", u.Examples)
+	case !(u.Loss >= 0 && u.Loss <= MaxLoss): // NaN too
+		return fmt.Errorf("training loss %v is not in [0, %g]", u.Loss, MaxLoss)
+	}
+	if err := p.agg.add(pos, u); err != nil {
+		return err
+	}
+	p.got[pos] = true
+	p.loss += u.Loss
+	return nil
+}
+
+// End finishes the round: the global update from the uploads received (the
+// mean divides by their number), the privacy ledger, and the evaluation.
+// An aggregate that is not finite, or that would make the float32 model
+// not finite, is not applied: the round is discarded, with the reason in
+// the report's Discarded, the model stays as it was, and the run goes on.
+func (e *Engine) End(p *Plan) (report.Round, error) {
+	received := p.agg.count()
+	r := report.Round{Round: p.T, Clients: received, Dropped: len(p.Clients) - received}
+	for _, rg := range p.Ranges {
+		r.RangeRadius = append(r.RangeRadius, rg.Radius)
+	}
+	if received > 0 {
+		alone := p.alone()
+		est, err := p.agg.mean()
+		_, secured := p.agg.(*secure)
+		_, robustRound := p.agg.(*robustSum)
+		switch {
+		case err != nil && secured:
+			// Too few survivors to unmask the sum: the round is lost,
+			// not the run.
+			r.Discarded = "secure aggregation: " + err.Error()
+		case err != nil && robustRound:
+			// Too few uploads for the rule's assumptions: likewise.
+			r.Discarded = err.Error()
+		case err != nil:
+			return r, err
+		default:
+			if err := e.update(est); err != nil {
+				r.Discarded = err.Error()
+			} else if e.radii != nil {
+				if err := e.adapt(est, p.Ranges, received, alone); err != nil {
+					return r, err
+				}
+			}
+		}
+		bits := e.bits()
+		if sec, ok := p.agg.(*secure); ok {
+			bits = sec.uploadBits()
+		}
+		r.TrainLoss = p.loss / float64(received)
+		r.UplinkBits = int64(received) * int64(bits)
+		r.UplinkBitsPerParam = float64(bits) / float64(e.params)
+		if e.minSum == 0 || received < e.minSum {
+			e.minSum = received
+		}
+		if e.minAlone < 0 || alone < e.minAlone {
+			e.minAlone = alone
+		}
+	}
+	// A discarded round's clients are charged all the same: their
+	// messages were sent, and whoever saw them (the server, an
+	// eavesdropper) learnt what they reveal.
+	for pos, ok := range p.got {
+		if ok {
+			e.joined[p.Clients[pos]]++
+		}
+	}
+	r.SetupBytes = int64(p.Pairing.Pairs() * SetupBytes(e.m, e.params, e.cfg.Transfer))
+	if sec, ok := p.agg.(*secure); ok {
+		r.SetupBytes += sec.setup
+	}
+	if err := e.account(&r, p); err != nil {
+		return r, err
+	}
+	if p.T%e.cfg.EvalEvery == 0 || p.T == e.cfg.Rounds {
+		if err := e.evaluate(&r); err != nil {
+			return r, err
+		}
+	}
+	e.done = p.T
+	r.Seconds = e.elapsed()
+	return r, nil
+}
+
+// alone is the number of uploads added whose sender has no partner, or
+// whose partner's upload is not in the sum.
+func (p *Plan) alone() int {
+	n := 0
+	for pos, ok := range p.got {
+		if j := p.Pairing.Partner(pos); ok && (j < 0 || !p.got[j]) {
+			n++
+		}
+	}
+	return n
+}
+
+// update applies the round's estimate to the global model through the
+// server optimizer, unless the estimate, or the model, update or moments it
+// makes once written as float32, is not finite (a float64 that fits can
+// still overflow a float32): then it returns why and leaves the model, the
+// moments and the last update as they were. So the global model is always
+// finite, whatever the clients sent.
+func (e *Engine) update(est [][]float64) error {
+	for i, x := range est {
+		for j, v := range x {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the estimate is %v", e.specs[i].Name, j, v)
+			}
+			if e.cfg.Perturb == "updates" && math.IsInf(float64(float32(v)), 0) {
+				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the update is %g, beyond float32", e.specs[i].Name, j, v)
+			}
+		}
+	}
+	next, moments := e.opt.Step(e.global, est, e.moments)
+	for i, t := range next {
+		for j, v := range t {
+			if math.IsInf(float64(float32(v)), 0) || math.IsNaN(v) {
+				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the model would be %v (the estimate %g overflows float32)", e.specs[i].Name, j, float32(v), est[i][j])
+			}
+		}
+	}
+	for i, t := range moments {
+		for j, v := range t {
+			if math.IsInf(float64(v), 0) || math.IsNaN(float64(v)) {
+				return fmt.Errorf("aggregate not applied: the %s's moment %d of tensor %s[%d] would be %v", e.opt, i/len(e.specs), e.specs[i%len(e.specs)].Name, j, v)
+			}
+		}
+	}
+	for i, g := range e.global {
+		for j := range g {
+			g[j] = float32(next[i][j])
+		}
+	}
+	e.moments = moments
+	if e.cfg.Perturb == "updates" {
+		e.prevUpd = make([][]float32, len(est))
+		for i, v := range est {
+			e.prevUpd[i] = make([]float32, len(v))
+			for j, x := range v {
+				e.prevUpd[i][j] = float32(x)
+			}
+		}
+	}
+	return nil
+}
+
+// bits is the payload size of one client's upload.
+func (e *Engine) bits() int {
+	b := 0
+	for _, s := range e.specs {
+		b += e.m.Bits(size(s.Shape))
 	}
 	return b
 }
 
-// TransferBytes is the size of the shared bits a leader sends for n
-// parameters in transfer mode: whole 64-bit words, as the follower reads
-// them; 0 if m does not say how many shared bits it uses.
-func TransferBytes(m mech.Mechanism, n int) int {
-	sb, ok := m.(mech.SharedBitser)
-	if !ok {
-		return 0
-	}
-	return 8 * ((sb.SharedBits(n) + 63) / 64)
-}
-
-// identity is client i's X25519 key for the round.
-func (r *Round) identity(i int) (*corr.Identity, error) {
-	return corr.NewIdentity(corr.Key(r.secret, "x25519", r.t, uint64(i)))
-}
-
-// pair runs client i's key agreement with its partner and sets its role
-// and shared bits: derived from the secret, or, in transfer mode, sent by
-// the leader sealed under a key from the secret.
-func (r *Round) pair(i, n int, slot *mech.Slot) error {
-	j := r.partner[i]
-	if j < 0 {
-		return nil // alone: an exact ldpq client
-	}
-	me, err := r.identity(i)
+// evaluate scores the global model on the test set and applies patience,
+// judged on the validation split when there is one.
+func (e *Engine) evaluate(r *report.Round) error {
+	test := e.task.Data.Test
+	acc, loss, err := e.task.Trainers[0].Evaluate(e.global, test.X, test.Y, nil)
 	if err != nil {
 		return err
 	}
-	peer, err := r.identity(j)
-	if err != nil {
-		return err
+	r.Accuracy, r.Loss = &acc, &loss
+	judged := acc
+	if v := e.task.Validation; v != nil {
+		train := e.task.Data.Train
+		val, _, err := e.task.Trainers[0].Evaluate(e.global, train.X, train.Y, v)
+		if err != nil {
+			return err
+		}
+		r.ValAccuracy, judged = &val, val
 	}
-	p, err := me.Agree(peer.Public(), r.t, uint64(i), uint64(j))
-	if err != nil {
-		return err
-	}
-	slot.Role = mech.Follower
-	leader := j
-	if p.Leader(uint64(i)) {
-		slot.Role, leader = mech.Leader, i
-	}
-	if !r.transfer {
-		slot.Shared = p.Shared()
+	if judged > e.bestAcc {
+		e.bestAcc, e.since = judged, 0
+		e.best = clone(e.global)
 		return nil
 	}
-	if TransferBytes(r.m, n) == 0 {
-		return fmt.Errorf("fl: %s does not say how many shared bits it uses", r.m.Name())
+	e.since++
+	// There may be no best to reload: a NaN accuracy beats nothing, and a
+	// restored State may carry a best accuracy without its model.
+	if e.cfg.Patience > 0 && e.since >= e.cfg.Patience && e.best != nil {
+		e.global = clone(e.best)
+		e.moments = nil // they led away from the best: the optimizer starts afresh
+		e.since = 0
+		r.Restored = true
 	}
-	// The leader draws the bits from a stream of its own and seals them;
-	// in a simulation both partners compute the sealed message it sends.
-	bits := make([]byte, TransferBytes(r.m, n))
-	corr.Derive(r.secret, "leader-bits", r.t, uint64(leader)).Read(bits)
-	opened, err := p.Open(p.Seal(bits))
-	if err != nil {
-		return err
-	}
-	src, err := corr.NewBytes(opened)
-	if err != nil {
-		return err
-	}
-	slot.Shared = src
 	return nil
+}
+
+func clone(w [][]float32) [][]float32 {
+	c := make([][]float32, len(w))
+	for i, v := range w {
+		c[i] = append([]float32(nil), v...)
+	}
+	return c
 }

@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
-	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 	"github.com/fedpq/fedpq/robust"
 )
@@ -154,7 +151,7 @@ type Engine struct {
 	start            time.Time
 	before           time.Duration // wall time of the run before it was restored
 	byz              []bool        // the clients that attack (byzantine.go); nil: none
-	flipped          []int32       // label-flip: the training labels, flipped
+	encode           encoder       // honest, or wrapped by the attackers
 }
 
 // elapsed is the run's wall time so far, across restarts.
@@ -208,6 +205,7 @@ func New(cfg Config, task Task) (*Engine, error) {
 	if e.secret == nil {
 		e.secret = corr.SeedSecret(cfg.Seed)
 	}
+	e.encode = e.honest
 	if cfg.SecureAggregation {
 		if err := e.checkSecure(); err != nil {
 			return nil, err
@@ -299,289 +297,3 @@ func (e *Engine) Done() int { return e.done }
 
 // Rounds is the number of rounds the run has in all.
 func (e *Engine) Rounds() int { return e.cfg.Rounds }
-
-// upload is one simulated client's upload for a round.
-type upload struct {
-	pos int // the client's position in the round
-	Upload
-	err error
-}
-
-// round runs round t: every sampled client that does not drop out trains
-// and uploads, in parallel over the workers.
-func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
-	p, err := e.Begin(t, nil)
-	if err != nil {
-		return report.Round{}, err
-	}
-	sel := p.Clients
-	dropped := e.dropouts(t, len(sel))
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	jobs := make(chan int)
-	out := make(chan upload, e.cfg.Workers)
-	var wg sync.WaitGroup
-	for w := range min(e.cfg.Workers, len(e.task.Trainers)) {
-		wg.Add(1)
-		go func(tr Trainer) {
-			defer wg.Done()
-			for pos := range jobs {
-				u := e.client(ctx, tr, p, pos)
-				select {
-				case out <- u:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}(e.task.Trainers[w])
-	}
-	go func() {
-		defer close(jobs)
-		for pos := range sel {
-			if dropped[pos] {
-				continue
-			}
-			select {
-			case jobs <- pos:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	go func() { wg.Wait(); close(out) }()
-
-	// The server: add uploads in position order, so float sums are
-	// reproducible; at most about Workers uploads wait out of order.
-	pending := map[int]upload{}
-	next := 0
-	var firstErr error
-	for u := range out {
-		pending[u.pos] = u
-		for ; next < len(sel); next++ {
-			if dropped[next] {
-				continue
-			}
-			u, ok := pending[next]
-			if !ok {
-				break
-			}
-			delete(pending, next)
-			if firstErr != nil {
-				continue
-			}
-			if u.err == nil {
-				u.err = p.Add(u.pos, u.Upload)
-				u.err = e.refused(sel[u.pos], u.err)
-			}
-			if u.err != nil {
-				firstErr = fmt.Errorf("client %d: %w", sel[u.pos], u.err)
-				cancel()
-			}
-		}
-	}
-	if firstErr != nil {
-		return report.Round{}, firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return report.Round{}, err
-	}
-	return e.End(p)
-}
-
-// sample draws round t's clients from those online: a uniformly random
-// subset of ClientsPerRound, in increasing order.
-func (e *Engine) sample(t int, online []int) []int {
-	k := e.cfg.ClientsPerRound
-	if k <= 0 || k >= len(online) {
-		return append([]int(nil), online...)
-	}
-	perm := make([]int, len(online))
-	corr.Shuffle(corr.Derive(e.secret, "sample", uint64(t)), perm)
-	sel := perm[:k]
-	sort.Ints(sel)
-	for i, j := range sel {
-		sel[i] = online[j]
-	}
-	return sel
-}
-
-// dropouts draws which of the round's clients drop out before uploading.
-// They were paired all the same: a partner left alone is an exact ldpq
-// client, and the mean divides by the uploads received.
-func (e *Engine) dropouts(t, n int) []bool {
-	d := make([]bool, n)
-	if e.cfg.Dropout == 0 {
-		return d
-	}
-	src := corr.Derive(e.secret, "dropout", uint64(t))
-	for i := range d {
-		d[i] = src.Float64() < e.cfg.Dropout
-	}
-	return d
-}
-
-// client trains the client at position pos of round p from the global
-// model and encodes its weights or update, tensor by tensor.
-func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) upload {
-	k := p.Clients[pos]
-	u := upload{pos: pos, Upload: Upload{Examples: e.examples[k]}}
-	train := e.task.Data.Train
-	local, loss, err := tr.Train(ctx, p.Global, train.X, e.labels(k), e.task.Clients[k],
-		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k), Client: k, Round: p.T, ProxMu: e.cfg.ProxMu})
-	if err != nil {
-		u.err = err
-		return u
-	}
-	u.Loss = loss
-	slot, err := p.Round.ClientSlot(pos, e.params)
-	if err != nil {
-		u.err = err
-		return u
-	}
-	u.Payloads, u.err = e.encode(k, p, local, slot)
-	return u
-}
-
-// seedOf derives a 64-bit seed for one purpose of client k in round t.
-func seedOf(secret []byte, purpose string, t, k int) uint64 {
-	return corr.Derive(secret, purpose, uint64(t), uint64(k)).Uint64()
-}
-
-// bits is the payload size of one client's upload.
-func (e *Engine) bits() int {
-	b := 0
-	for _, s := range e.specs {
-		b += e.m.Bits(size(s.Shape))
-	}
-	return b
-}
-
-// update applies the round's estimate to the global model through the
-// server optimizer, unless the estimate, or the model, update or moments it
-// makes once written as float32, is not finite (a float64 that fits can
-// still overflow a float32): then it returns why and leaves the model, the
-// moments and the last update as they were. So the global model is always
-// finite, whatever the clients sent.
-func (e *Engine) update(est [][]float64) error {
-	for i, x := range est {
-		for j, v := range x {
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the estimate is %v", e.specs[i].Name, j, v)
-			}
-			if e.cfg.Perturb == "updates" && math.IsInf(float64(float32(v)), 0) {
-				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the update is %g, beyond float32", e.specs[i].Name, j, v)
-			}
-		}
-	}
-	next, moments := e.opt.Step(e.global, est, e.moments)
-	for i, t := range next {
-		for j, v := range t {
-			if math.IsInf(float64(float32(v)), 0) || math.IsNaN(v) {
-				return fmt.Errorf("aggregate not applied: tensor %s[%d] of the model would be %v (the estimate %g overflows float32)", e.specs[i].Name, j, float32(v), est[i][j])
-			}
-		}
-	}
-	for i, t := range moments {
-		for j, v := range t {
-			if math.IsInf(float64(v), 0) || math.IsNaN(float64(v)) {
-				return fmt.Errorf("aggregate not applied: the %s's moment %d of tensor %s[%d] would be %v", e.opt, i/len(e.specs), e.specs[i%len(e.specs)].Name, j, v)
-			}
-		}
-	}
-	for i, g := range e.global {
-		for j := range g {
-			g[j] = float32(next[i][j])
-		}
-	}
-	e.moments = moments
-	if e.cfg.Perturb == "updates" {
-		e.prevUpd = make([][]float32, len(est))
-		for i, v := range est {
-			e.prevUpd[i] = make([]float32, len(v))
-			for j, x := range v {
-				e.prevUpd[i][j] = float32(x)
-			}
-		}
-	}
-	return nil
-}
-
-// evaluate scores the global model on the test set and applies patience,
-// judged on the validation split when there is one.
-func (e *Engine) evaluate(r *report.Round) error {
-	test := e.task.Data.Test
-	acc, loss, err := e.task.Trainers[0].Evaluate(e.global, test.X, test.Y, nil)
-	if err != nil {
-		return err
-	}
-	r.Accuracy, r.Loss = &acc, &loss
-	judged := acc
-	if v := e.task.Validation; v != nil {
-		train := e.task.Data.Train
-		val, _, err := e.task.Trainers[0].Evaluate(e.global, train.X, train.Y, v)
-		if err != nil {
-			return err
-		}
-		r.ValAccuracy, judged = &val, val
-	}
-	if judged > e.bestAcc {
-		e.bestAcc, e.since = judged, 0
-		e.best = clone(e.global)
-		return nil
-	}
-	e.since++
-	// There may be no best to reload: a NaN accuracy beats nothing, and a
-	// restored State may carry a best accuracy without its model.
-	if e.cfg.Patience > 0 && e.since >= e.cfg.Patience && e.best != nil {
-		e.global = clone(e.best)
-		e.moments = nil // they led away from the best: the optimizer starts afresh
-		e.since = 0
-		r.Restored = true
-	}
-	return nil
-}
-
-func clone(w [][]float32) [][]float32 {
-	c := make([][]float32, len(w))
-	for i, v := range w {
-		c[i] = append([]float32(nil), v...)
-	}
-	return c
-}
-
-// most is the number of rounds of the client that took part in the most.
-func (e *Engine) most() int {
-	most := 0
-	for _, n := range e.joined {
-		most = max(most, n)
-	}
-	return most
-}
-
-// spent is the per-parameter eps the most-used client has spent, by basic
-// composition over the rounds it took part in.
-func (e *Engine) spent() float64 { return float64(e.most()) * e.cfg.Mech.Epsilon }
-
-// Ledger is the privacy spent by the client that took part in the most
-// rounds (nil when the mechanism is not LDP), and the rounds each client
-// took part in.
-func (e *Engine) Ledger() (*privacy.Ledger, []int, error) {
-	if !e.ldp {
-		return nil, e.joined, nil
-	}
-	l, err := privacy.Account(privacy.Budget{Mechanism: e.cfg.Mechanism, Epsilon: e.cfg.Mech.Epsilon, MechDelta: e.mechDelta()},
-		e.params, e.most(), e.cfg.LedgerDelta)
-	if err != nil {
-		return nil, e.joined, err
-	}
-	return &l, e.joined, nil
-}
-
-// mechDelta is the gaussian mechanism's delta per parameter per round.
-func (e *Engine) mechDelta() float64 {
-	if e.cfg.Mech.Delta > 0 {
-		return e.cfg.Mech.Delta
-	}
-	return mech.DefaultConfig().Delta
-}

@@ -74,7 +74,7 @@ func FuzzClientMessage(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		slot, err := plan.Round.ClientSlot(0, srv.su.Model.NumParams())
+		slot, err := plan.Pairing.ClientSlot(0, srv.su.Model.NumParams())
 		if err != nil {
 			f.Fatal(err)
 		}

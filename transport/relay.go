@@ -22,7 +22,7 @@ func (s *Server) keySharesDue(rd *serverRound) {
 		if rd.keyed[pos] || !rd.waiting(pos) {
 			continue
 		}
-		if j := rd.plan.Round.Partner(pos); j >= 0 && rd.waiting(j) {
+		if j := rd.plan.Pairing.Partner(pos); j >= 0 && rd.waiting(j) {
 			rd.late[pos] = true
 			s.log.Printf("round %d: no key share from client %d within %v; its partner %d encodes alone",
 				rd.plan.T, rd.plan.Clients[pos], s.cfg.KeyShareTimeout, rd.plan.Clients[j])
@@ -34,7 +34,7 @@ func (s *Server) keySharesDue(rd *serverRound) {
 // partnerGone tells the partner of the client at pos, if it still waits
 // for it, that it will not pair this round. s.mu is held.
 func (s *Server) partnerGone(rd *serverRound, pos int) {
-	j := rd.plan.Round.Partner(pos)
+	j := rd.plan.Pairing.Partner(pos)
 	if j < 0 || !rd.waiting(j) {
 		return
 	}
@@ -61,7 +61,7 @@ func (s *Server) relay(sess *session, round, from, to uint32, m *pb.ServerMessag
 	if !ok || from != sess.id {
 		return fmt.Errorf("round %d: a message from client %d, which is not in the round as %d", round, sess.id, from)
 	}
-	j := rd.plan.Round.Partner(pos)
+	j := rd.plan.Pairing.Partner(pos)
 	if j < 0 || uint32(rd.plan.Clients[j]) != to {
 		return fmt.Errorf("round %d: a message for client %d, which is not its partner", round, to)
 	}

@@ -290,25 +290,25 @@ func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time)
 			Round: uint32(t), Position: uint32(pos), Partner: -1,
 			TimeLeftMilli: time.Until(deadline).Milliseconds(),
 		}
-		if j := plan.Round.Partner(pos); j >= 0 && !rd.left(j) {
+		if j := plan.Pairing.Partner(pos); j >= 0 && !rd.left(j) {
 			own.Partner = int32(plan.Clients[j])
 			own.PartnerIdentity = s.sessions[uint32(plan.Clients[j])].identity
 		}
-		if key, ok := plan.Round.SharedKey(pos); ok {
+		if key, ok := plan.Pairing.SharedKey(pos); ok {
 			own.SharedKey = key[:]
 		}
-		gi, gs := plan.Round.Group(pos)
+		gi, gs := plan.Pairing.Group(pos)
 		own.GroupIndex, own.GroupSize = uint32(gi), uint32(gs)
 		s.sessions[uint32(k)].send(newSharedStart(own, shared))
 	}
 	s.mu.Unlock()
 	rd.phases.mark("start")
-	s.log.Printf("round %d: %d clients, %d pairs, deadline in %v", t, len(plan.Clients), plan.Round.Pairs(), s.cfg.RoundTimeout)
+	s.log.Printf("round %d: %d clients, %d pairs, deadline in %v", t, len(plan.Clients), plan.Pairing.Pairs(), s.cfg.RoundTimeout)
 
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	var keyShares <-chan time.Time
-	if plan.Round.Pairs() > 0 {
+	if plan.Pairing.Pairs() > 0 {
 		kt := time.NewTimer(s.cfg.KeyShareTimeout)
 		defer kt.Stop()
 		keyShares = kt.C
