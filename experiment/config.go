@@ -18,6 +18,7 @@ import (
 
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/internal/spec"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
 	"github.com/fedpq/fedpq/robust"
@@ -375,7 +376,7 @@ func parsePartition(s string) (kind string, arg float64, err error) {
 	if s == "natural" {
 		return s, 0, nil
 	}
-	if kind, _, _ := strings.Cut(s, ":"); kind == "dirichlet" || kind == "shards" {
+	if kind := spec.Parse(s).Kind; kind == "dirichlet" || kind == "shards" {
 		return data.ParsePartition(s)
 	}
 	if kind, arg, err = data.ParsePartition(s); err != nil {
