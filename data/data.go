@@ -12,8 +12,9 @@ package data
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
+
+	"github.com/fedpq/fedpq/internal/spec"
 )
 
 // Dataset is a labelled set held in memory. Example i's features are
@@ -56,8 +57,7 @@ type Federated struct {
 // (Federated.Natural): the synthetic benchmark does, the image sets do not.
 // It lets a run choose its partition before loading anything.
 func HasOwnClients(name string) bool {
-	base, _, _ := strings.Cut(strings.ToLower(name), ":")
-	return base == "synthetic"
+	return spec.Parse(strings.ToLower(name)).Kind == "synthetic"
 }
 
 // CheckName reports a dataset name Load does not know, before anything is
@@ -70,18 +70,16 @@ func CheckName(name string) error {
 // parseName splits a dataset name into its base and, for synthetic, its
 // alpha and beta (1, 1 by default).
 func parseName(name string) (base string, alpha, beta float64, err error) {
-	base, params, _ := strings.Cut(strings.ToLower(name), ":")
+	p := spec.Parse(strings.ToLower(name))
+	base = p.Kind
 	switch {
-	case (base == "mnist" || base == "fashion-mnist" || base == "cifar10") && params == "":
+	case (base == "mnist" || base == "fashion-mnist" || base == "cifar10") && p.Args == "":
 		return base, 0, 0, nil
-	case base == "synthetic" && params == "":
+	case base == "synthetic" && p.Args == "":
 		return base, 1, 1, nil
 	case base == "synthetic":
-		a, b, ok := strings.Cut(params, ",")
-		alpha, errA := strconv.ParseFloat(strings.TrimSpace(a), 64)
-		beta, errB := strconv.ParseFloat(strings.TrimSpace(b), 64)
-		if ok && errA == nil && errB == nil {
-			return base, alpha, beta, nil
+		if nums, err := p.Numbers(); err == nil && len(nums) == 2 {
+			return base, nums[0], nums[1], nil
 		}
 		return "", 0, 0, fmt.Errorf("data: %q: want synthetic:ALPHA,BETA, e.g. synthetic:0.5,0.5", name)
 	}

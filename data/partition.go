@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/internal/spec"
 )
 
 // Every partition draws from its own corr stream of the seed, so a partition
@@ -202,16 +201,17 @@ func logGamma(src *corr.Stream, a float64) float64 {
 // ParsePartition reads a partition of a dataset among clients: iid,
 // dirichlet:ALPHA or shards:K (alpha and K positive).
 func ParsePartition(s string) (kind string, arg float64, err error) {
-	kind, a, has := strings.Cut(s, ":")
+	p := spec.Parse(s)
+	kind = p.Kind
 	switch {
-	case kind == "iid" && !has:
+	case kind == "iid" && !p.HasArgs:
 		return kind, 0, nil
-	case (kind == "dirichlet" || kind == "shards") && has:
-		v, err := strconv.ParseFloat(a, 64)
-		if err != nil || !(v > 0) || math.IsInf(v, 1) || kind == "shards" && v != math.Trunc(v) {
-			return "", 0, fmt.Errorf("data: partition %q: %q must be a positive number (an integer for shards)", s, a)
+	case (kind == "dirichlet" || kind == "shards") && p.HasArgs:
+		v, err := p.Numbers()
+		if err != nil || len(v) != 1 || !(v[0] > 0) || math.IsInf(v[0], 1) || kind == "shards" && v[0] != math.Trunc(v[0]) {
+			return "", 0, fmt.Errorf("data: partition %q: %q must be a positive number (an integer for shards)", s, p.Args)
 		}
-		return kind, v, nil
+		return kind, v[0], nil
 	}
 	return "", 0, fmt.Errorf("data: partition %q: want iid, dirichlet:ALPHA or shards:K", s)
 }

@@ -2,10 +2,9 @@ package dme
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/internal/spec"
 	"github.com/fedpq/fedpq/mech"
 )
 
@@ -21,17 +20,12 @@ type Input struct {
 // ParseInput reads const:V, uniform (the clipping range), uniform:A,B or
 // normal:MU,SIGMA.
 func ParseInput(s string) (Input, error) {
-	kind, args, _ := strings.Cut(s, ":")
-	var nums []float64
-	if args != "" {
-		for _, f := range strings.Split(args, ",") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil {
-				return Input{}, fmt.Errorf("dme: input %q: %q is not a number", s, f)
-			}
-			nums = append(nums, v)
-		}
+	p := spec.Parse(s)
+	nums, err := p.Numbers()
+	if err != nil {
+		return Input{}, fmt.Errorf("dme: input %q: %w", s, err)
 	}
+	kind := p.Kind
 	switch {
 	case kind == "const" && len(nums) == 1:
 		return Input{Kind: kind, A: nums[0]}, nil

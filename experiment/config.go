@@ -18,6 +18,7 @@ import (
 
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/fl"
+	"github.com/fedpq/fedpq/internal/spec"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
 	"github.com/fedpq/fedpq/robust"
@@ -344,6 +345,9 @@ func (c Config) engineConfig() (fl.Config, error) {
 	if err != nil {
 		return fl.Config{}, err
 	}
+	if err := c.checkServerSettings(); err != nil {
+		return fl.Config{}, err
+	}
 	return fl.Config{
 		Rounds: c.Rounds, Dropout: c.Dropout,
 		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer, Perturb: c.Perturb,
@@ -356,6 +360,32 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
 		Shuffle: c.Shuffle, Byzantine: attack, ByzantineFraction: c.ByzantineFraction,
 	}, nil
+}
+
+// checkServerSettings refuses a server setting that the chosen optimizer
+// does not read (fl.ServerOptimizer's rules), where it is not the default:
+// it would be ignored without a word. The default passes, so that the
+// config.yaml a run writes, which states every setting, resumes.
+func (c Config) checkServerSettings() error {
+	def := fl.DefaultServerConfig()
+	const noMoments = "it keeps no moments"
+	for _, s := range []struct {
+		key    string
+		v, def float64
+		unread map[string]string // optimizer: why it does not read the setting
+	}{
+		{"server_beta1", c.ServerBeta1, def.Beta1, map[string]string{"fedavg": noMoments}},
+		{"server_beta2", c.ServerBeta2, def.Beta2, map[string]string{"fedavg": noMoments,
+			"fedavgm":    "its one moment is the momentum, server_beta1",
+			"fedadagrad": "it has no second-moment decay: its v sums every squared update"}},
+		{"server_tau", c.ServerTau, def.Tau, map[string]string{"fedavg": noMoments,
+			"fedavgm": "it divides by no second moment"}},
+	} {
+		if why, ok := s.unread[c.ServerOptimizer]; ok && s.v != s.def {
+			return fmt.Errorf("%s %v is not read by %s (%s): leave it out, or choose an optimizer that reads it", s.key, s.v, c.ServerOptimizer, why)
+		}
+	}
+	return nil
 }
 
 // optimizer is the local optimizer of c.
@@ -375,7 +405,7 @@ func parsePartition(s string) (kind string, arg float64, err error) {
 	if s == "natural" {
 		return s, 0, nil
 	}
-	if kind, _, _ := strings.Cut(s, ":"); kind == "dirichlet" || kind == "shards" {
+	if kind := spec.Parse(s).Kind; kind == "dirichlet" || kind == "shards" {
 		return data.ParsePartition(s)
 	}
 	if kind, arg, err = data.ParsePartition(s); err != nil {

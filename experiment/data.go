@@ -358,25 +358,9 @@ func NewClientSetup(c Config, k int, path string) (*Setup, error) {
 
 // setupWith is the setup of c (schema resolved) on the given sets.
 func (c Config) setupWith(train, test, val *data.Dataset, clients [][]int) (*Setup, error) {
-	ec, err := c.engineConfig()
-	if err != nil {
-		return nil, err
-	}
-	opt, err := c.optimizer()
-	if err != nil {
-		return nil, err
-	}
-	m, err := c.newModel(c.Schema.Shape, len(c.Schema.Classes))
-	if err != nil {
-		return nil, err
-	}
 	train, vidx := withValidation(train, val)
-	su := &Setup{Config: c, Engine: ec, Data: &data.Federated{Train: train, Test: test}, Clients: clients,
-		Validation: vidx, Model: m, Optimizer: opt}
-	if err := su.startTrainers(); err != nil {
-		return nil, err
-	}
-	return su, nil
+	su := &Setup{Data: &data.Federated{Train: train, Test: test}, Clients: clients, Validation: vidx}
+	return c.build(su, c.Schema.Shape, len(c.Schema.Classes))
 }
 
 func allOf(d *data.Dataset) []int {

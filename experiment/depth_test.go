@@ -3,9 +3,7 @@ package experiment
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/gob"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,69 +11,16 @@ import (
 	"testing"
 
 	"github.com/fedpq/fedpq/fl"
-	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/internal/mechtest"
 	"github.com/fedpq/fedpq/report"
 )
 
-// rawMech sends each parameter as a float64 and decodes whatever it gets:
-// a decoder with no bound, so that these tests reach the engine and the
-// recorder with aggregates no real mechanism should let through.
-type rawMech struct{}
-
-func init() {
-	mech.Register(mech.Info{
-		Name: "experiment-test-raw", Summary: "test only: float64 per parameter, decoded unchecked", Unclipped: true,
-		New: func(mech.Config) (mech.Mechanism, error) { return rawMech{}, nil },
-	})
-}
-
-func (rawMech) Name() string            { return "experiment-test-raw" }
-func (rawMech) Coupling() mech.Coupling { return mech.Independent }
-func (rawMech) Alone() float64          { return 0 }
-func (rawMech) Bits(n int) int          { return 64 * n }
-
-func (rawMech) Encode(dst []byte, w []float32, _ mech.Range, _ mech.Slot) ([]byte, error) {
-	for _, v := range w {
-		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(float64(v)))
-	}
-	return dst, nil
-}
-
-func (rawMech) NewSum(n int, _ mech.Range) (mech.Sum, error) {
-	return &rawSum{sum: make([]float64, n)}, nil
-}
-
-type rawSum struct {
-	sum []float64
-	n   int
-}
-
-func (s *rawSum) Add(p []byte, _ mech.Slot) error {
-	if len(p) != 8*len(s.sum) {
-		return fmt.Errorf("payload of %d bytes", len(p))
-	}
-	for i := range s.sum {
-		s.sum[i] += math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
-	}
-	s.n++
-	return nil
-}
-
-func (s *rawSum) Count() int { return s.n }
-
-func (s *rawSum) Mean(dst []float64) error {
-	for i, v := range s.sum {
-		dst[i] = v / float64(s.n)
-	}
-	return nil
-}
-
-// rawUpload is an experiment-test-raw upload of f of each weight of w.
+// rawUpload is a mechtest.Raw upload of f of each weight of w.
 func rawUpload(w [][]float32, f func(float32) float64) fl.Upload {
 	p := make([][]byte, len(w))
 	for i, t := range w {
 		for _, v := range t {
-			p[i] = binary.LittleEndian.AppendUint64(p[i], math.Float64bits(f(v)))
+			p[i] = mechtest.Append(p[i], f(v))
 		}
 	}
 	return fl.Upload{Payloads: p, Examples: 1, Loss: 1}
@@ -147,7 +92,7 @@ func round(t *testing.T, eng *fl.Engine, rec *Recorder, uploads ...func(global [
 // and ends as the uninterrupted one.
 func TestHostileRoundsRecorded(t *testing.T) {
 	c := quick(t)
-	c.Mechanism, c.Perturb, c.Weighting, c.ClientsPerRound, c.Rounds = "experiment-test-raw", "weights", "mean", 3, 3
+	c.Mechanism, c.Perturb, c.Weighting, c.ClientsPerRound, c.Rounds = mechtest.Name, "weights", "mean", 3, 3
 	eng, rec := served(t, c, false)
 	init := fl.Hash(eng.Global())
 	honest := func(g [][]float32) fl.Upload {

@@ -159,14 +159,6 @@ func NewSetup(c Config) (*Setup, error) {
 	if c.Own() {
 		return newOwnSetup(c)
 	}
-	ec, err := c.engineConfig()
-	if err != nil {
-		return nil, err
-	}
-	opt, err := c.optimizer()
-	if err != nil {
-		return nil, err
-	}
 	fed, err := data.Load(c.Dataset, data.Options{Dir: data.Dir(c.DataDir), Clients: c.Clients, Seed: c.Seed})
 	if err != nil {
 		return nil, err
@@ -175,11 +167,27 @@ func NewSetup(c Config) (*Setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := c.newModel(fed.Train.Shape, fed.Train.Classes)
+	return c.build(&Setup{Data: fed, Clients: clients, Validation: val}, fed.Train.Shape, fed.Train.Classes)
+}
+
+// build completes su, whose data and clients are set, as the setup of c:
+// the round engine's configuration, the local optimizer and the model for
+// examples of shape and classes, with the trainers started. Every setup
+// (simulation, server, deployed client) is built here.
+func (c Config) build(su *Setup, shape []int, classes int) (*Setup, error) {
+	ec, err := c.engineConfig()
 	if err != nil {
 		return nil, err
 	}
-	su := &Setup{Config: c, Engine: ec, Data: fed, Clients: clients, Validation: val, Model: m, Optimizer: opt}
+	opt, err := c.optimizer()
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.newModel(shape, classes)
+	if err != nil {
+		return nil, err
+	}
+	su.Config, su.Engine, su.Model, su.Optimizer = c, ec, m, opt
 	if err := su.startTrainers(); err != nil {
 		return nil, err
 	}

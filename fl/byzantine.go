@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 
 	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/internal/spec"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
 )
@@ -51,24 +51,24 @@ const (
 // ParseAttack reads an attack: "" (none), sign-flip, scale:S (S finite and
 // not 0), label-flip, constant or extreme.
 func ParseAttack(s string) (Attack, error) {
-	kind, arg, hasArg := strings.Cut(s, ":")
-	switch kind {
+	p := spec.Parse(s)
+	switch p.Kind {
 	case "":
-		if hasArg {
+		if p.HasArgs {
 			break
 		}
 		return Attack{}, nil
 	case SignFlip, LabelFlip, Constant, Extreme:
-		if hasArg {
-			return Attack{}, fmt.Errorf("fl: byzantine %q: %s takes no argument", s, kind)
+		if p.HasArgs {
+			return Attack{}, fmt.Errorf("fl: byzantine %q: %s takes no argument", s, p.Kind)
 		}
-		return Attack{Kind: kind}, nil
+		return Attack{Kind: p.Kind}, nil
 	case ScaleBy:
-		f, err := strconv.ParseFloat(arg, 64)
-		if !hasArg || err != nil || f == 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		f, err := p.Numbers()
+		if err != nil || len(f) != 1 || f[0] == 0 || math.IsInf(f[0], 0) || math.IsNaN(f[0]) {
 			return Attack{}, fmt.Errorf("fl: byzantine %q: want scale:S with S a finite number other than 0, such as scale:100", s)
 		}
-		return Attack{Kind: kind, Scale: f}, nil
+		return Attack{Kind: p.Kind, Scale: f[0]}, nil
 	}
 	return Attack{}, fmt.Errorf("fl: byzantine %q: want sign-flip, scale:S, label-flip, constant or extreme (empty: none)", s)
 }

@@ -3,76 +3,21 @@ package fl
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/gob"
 	"fmt"
 	"math"
 	"strings"
 	"testing"
 
-	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/internal/mechtest"
 	"github.com/fedpq/fedpq/report"
 )
 
-// rawMech sends each parameter as a float64 and decodes whatever it gets,
-// NaN and values beyond float32 included: a decoder with no bound, so that
-// the tests of hostile aggregates exercise the engine's own checks, whatever
-// the real mechanisms come to refuse.
-type rawMech struct{}
-
-func init() {
-	mech.Register(mech.Info{
-		Name: "fl-test-raw", Summary: "test only: float64 per parameter, decoded unchecked", Unclipped: true,
-		New: func(mech.Config) (mech.Mechanism, error) { return rawMech{}, nil },
-	})
-}
-
-func (rawMech) Name() string            { return "fl-test-raw" }
-func (rawMech) Coupling() mech.Coupling { return mech.Independent }
-func (rawMech) Alone() float64          { return 0 }
-func (rawMech) Bits(n int) int          { return 64 * n }
-
-func (rawMech) Encode(dst []byte, w []float32, _ mech.Range, _ mech.Slot) ([]byte, error) {
-	for _, v := range w {
-		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(float64(v)))
-	}
-	return dst, nil
-}
-
-func (rawMech) NewSum(n int, _ mech.Range) (mech.Sum, error) {
-	return &rawSum{sum: make([]float64, n)}, nil
-}
-
-type rawSum struct {
-	sum []float64
-	n   int
-}
-
-func (s *rawSum) Add(p []byte, _ mech.Slot) error {
-	if len(p) != 8*len(s.sum) {
-		return fmt.Errorf("payload of %d bytes", len(p))
-	}
-	for i := range s.sum {
-		s.sum[i] += math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
-	}
-	s.n++
-	return nil
-}
-
-func (s *rawSum) Count() int { return s.n }
-
-func (s *rawSum) Mean(dst []float64) error {
-	for i, v := range s.sum {
-		dst[i] = v / float64(s.n)
-	}
-	return nil
-}
-
-// raw is a fl-test-raw payload of n copies of v.
+// raw is a mechtest.Raw payload of n copies of v.
 func raw(n int, v float64) []byte {
 	var b []byte
 	for range n {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		b = mechtest.Append(b, v)
 	}
 	return b
 }
@@ -109,7 +54,7 @@ func TestDiscardedRound(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := baseConfig()
-			cfg.Mechanism, cfg.Perturb, cfg.Server.LR, cfg.Weighting, cfg.Rounds = "fl-test-raw", tc.perturb, tc.lambda, "mean", 2
+			cfg.Mechanism, cfg.Perturb, cfg.Server.LR, cfg.Weighting, cfg.Rounds = mechtest.Name, tc.perturb, tc.lambda, "mean", 2
 			e, err := New(cfg, fakeTask(3, dim, func(int) int { return 1 }))
 			if err != nil {
 				t.Fatal(err)

@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strconv"
-	"strings"
 
+	"github.com/fedpq/fedpq/internal/spec"
 	"github.com/fedpq/fedpq/mech"
 )
 
@@ -35,17 +34,12 @@ const minRadius = 1e-3
 // ParseRange reads minmax, minmax:SCALE, fixed:C,R, quantile:Q,
 // quantile:Q,SCALE, or adaptive[:R0[,K[,G]]] (defaults 0.05, 3 and 1.5).
 func ParseRange(s string) (RangeRule, error) {
-	kind, args, _ := strings.Cut(s, ":")
-	var nums []float64
-	if args != "" {
-		for _, f := range strings.Split(args, ",") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil {
-				return RangeRule{}, fmt.Errorf("fl: range %q: %q is not a number", s, f)
-			}
-			nums = append(nums, v)
-		}
+	p := spec.Parse(s)
+	nums, err := p.Numbers()
+	if err != nil {
+		return RangeRule{}, fmt.Errorf("fl: range %q: %w", s, err)
 	}
+	kind := p.Kind
 	r := RangeRule{Kind: kind, Scale: 1}
 	switch {
 	case kind == "minmax" && len(nums) <= 1:

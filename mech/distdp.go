@@ -84,15 +84,9 @@ var distBeta = math.Exp(-0.5)
 const distMaxBits = 18
 
 func newDistDP(c Config, name string) (Mechanism, error) {
-	if err := c.ValidateEpsilon(); err != nil {
+	eps, delta, err := c.epsDelta(name)
+	if err != nil {
 		return nil, err
-	}
-	delta := c.Delta
-	if delta == 0 {
-		delta = defaultDelta
-	}
-	if !(delta > 0 && delta < 1) {
-		return nil, fmt.Errorf("mech: %s: delta %v must be in (0, 1)", name, c.Delta)
 	}
 	b := c.ModBits
 	if b == 0 {
@@ -114,7 +108,7 @@ func newDistDP(c Config, name string) (Mechanism, error) {
 	if n < 1 || float64(n)*k*k >= math.Ldexp(1, 2*b) {
 		return nil, fmt.Errorf("mech: %s: %d clients do not fit %d modular bits (need n k^2 < 2^(2b), k = %v)", name, c.Clients, b, k)
 	}
-	return &distDP{name: name, eps: c.Epsilon, delta: delta, bits: b, clients: n, k: k}, nil
+	return &distDP{name: name, eps: eps, delta: delta, bits: b, clients: n, k: k}, nil
 }
 
 func (m *distDP) Name() string       { return m.name }

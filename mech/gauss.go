@@ -62,21 +62,12 @@ type gaussian struct{ eps, delta float64 }
 // 2 exp(-zGauss^2/2) = refusalTarget.
 var zGauss = math.Sqrt(2 * math.Log(2/refusalTarget))
 
-// defaultDelta is used when Config.Delta is zero.
-const defaultDelta = 1e-5
-
 func newGaussian(c Config) (Mechanism, error) {
-	if err := c.ValidateEpsilon(); err != nil {
+	eps, delta, err := c.epsDelta("gaussian")
+	if err != nil {
 		return nil, err
 	}
-	delta := c.Delta
-	if delta == 0 {
-		delta = defaultDelta
-	}
-	if !(delta > 0 && delta < 1) {
-		return nil, fmt.Errorf("mech: gaussian: delta %v must be in (0, 1)", c.Delta)
-	}
-	return gaussian{eps: c.Epsilon, delta: delta}, nil
+	return gaussian{eps: eps, delta: delta}, nil
 }
 
 func (gaussian) Name() string       { return "gaussian" }

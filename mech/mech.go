@@ -223,6 +223,25 @@ func (c Config) ValidateEpsilon() error {
 	return nil
 }
 
+// defaultDelta is used when Config.Delta is zero.
+const defaultDelta = 1e-5
+
+// epsDelta is the checked (eps, delta) budget of the (eps, delta)-DP
+// mechanism name (gaussian, ddgauss, skellam), Delta 0 meaning defaultDelta.
+func (c Config) epsDelta(name string) (eps, delta float64, err error) {
+	if err := c.ValidateEpsilon(); err != nil {
+		return 0, 0, err
+	}
+	delta = c.Delta
+	if delta == 0 {
+		delta = defaultDelta
+	}
+	if !(delta > 0 && delta < 1) {
+		return 0, 0, fmt.Errorf("mech: %s: delta %v must be in (0, 1)", name, c.Delta)
+	}
+	return c.Epsilon, delta, nil
+}
+
 // Info describes a registered mechanism.
 type Info struct {
 	Name    string

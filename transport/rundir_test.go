@@ -3,10 +3,13 @@ package transport
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fedpq/fedpq/experiment"
 )
 
 // TestRunDirectory: a server started again on the directory of a run that
@@ -31,5 +34,30 @@ func TestRunDirectory(t *testing.T) {
 	_, err = NewServer(ServerConfig{Run: other, Token: token, RoundTimeout: time.Minute})
 	if want := "holds a checkpoint of another configuration (epsilon: 1 -> 2; rounds: 1 -> 3): give this run its own --out, or remove " + c.Dir(); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("another configuration in the run's directory: %v, want %q", err, want)
+	}
+}
+
+// TestStoppedBeforeFirstRound: a server told to stop while it waits for
+// its first round's clients has no checkpoint, and says so; it said "its
+// checkpoint in DIR is kept", naming a file that did not exist.
+func TestStoppedBeforeFirstRound(t *testing.T) {
+	c := runConfig(t, "none", 4, 2)
+	ts := serve(t, ServerConfig{Run: c, MinClients: 4}, "127.0.0.1:0")
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(ts.log.String(), "listening on"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not start:\n%s", ts.log)
+		}
+	}
+	ts.cancel()
+	ended(t, ts.done, "the server")
+	if _, err := os.Stat(filepath.Join(c.Dir(), experiment.CheckpointFile)); err == nil {
+		t.Fatal("a checkpoint exists before the first round")
+	}
+	log := ts.log.String()
+	if ts.err == nil || strings.Contains(log, "checkpoint in") || strings.Contains(ts.err.Error(), "checkpoint is kept") {
+		t.Errorf("stopped before round 1, the server names a checkpoint that does not exist: %v\n%s", ts.err, log)
+	}
+	if !strings.Contains(log, "no checkpoint") {
+		t.Errorf("the server does not say it has no checkpoint:\n%s", log)
 	}
 }

@@ -358,9 +358,15 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 
 	err := s.run(ctx)
 	if errors.Is(err, context.Canceled) {
-		s.log.Printf("told to stop: stopping after round %d of %d; its checkpoint in %s is kept, and the server started again with the same configuration resumes from it",
-			s.eng.Done(), s.eng.Rounds(), s.cfg.Run.Dir())
-		err = fmt.Errorf("stopped after round %d; its checkpoint is kept, and the server resumes from it when started again: %w", s.eng.Done(), err)
+		if _, serr := os.Stat(filepath.Join(s.cfg.Run.Dir(), experiment.CheckpointFile)); serr != nil {
+			// No round was recorded: there is no checkpoint to name.
+			s.log.Printf("told to stop: stopping after round %d of %d, with no checkpoint: the server started again starts the run from its first round", s.eng.Done(), s.eng.Rounds())
+			err = fmt.Errorf("stopped after round %d, with no checkpoint to resume from: %w", s.eng.Done(), err)
+		} else {
+			s.log.Printf("told to stop: stopping after round %d of %d; its checkpoint in %s is kept, and the server started again with the same configuration resumes from it",
+				s.eng.Done(), s.eng.Rounds(), s.cfg.Run.Dir())
+			err = fmt.Errorf("stopped after round %d; its checkpoint is kept, and the server resumes from it when started again: %w", s.eng.Done(), err)
+		}
 	}
 	if err == nil {
 		s.finish()
