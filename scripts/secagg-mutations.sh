@@ -3,7 +3,7 @@
 # in transport) that breaks the protocol's privacy or robustness, runs the
 # package's tests, and prints the top-level tests that fail: each mutation
 # must make at least one fail. The package is restored after each (secagg/
-# and transport/ must have no uncommitted change). About 6 minutes on 2
+# and transport/ must have no uncommitted change). 25 minutes on 2
 # cores.
 set -uo pipefail
 cd "$(dirname "$0")/.."
