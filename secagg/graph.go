@@ -155,8 +155,8 @@ func (g *graph) points(j uint64) map[uint64]uint64 {
 func (g *graph) consents(x uint64, agreed map[uint64]bool) int {
 	n := 0
 	if g.complete {
-		for j := range agreed {
-			if _, ok := g.pos[j]; ok && agreed[j] {
+		for j, yes := range agreed {
+			if _, ok := g.pos[j]; ok && yes {
 				n++
 			}
 		}
@@ -174,6 +174,10 @@ func (g *graph) consents(x uint64, agreed map[uint64]bool) int {
 // certifier returns whether a request is certified for a client: at least t
 // of its share holders are in agreed. It remembers its answers.
 func (g *graph) certifier(agreed map[uint64]bool, t int) func(uint64) bool {
+	if g.complete { // every client's holders are all the clients
+		all := g.consents(0, agreed) >= t
+		return func(uint64) bool { return all }
+	}
 	known := map[uint64]bool{}
 	return func(x uint64) bool {
 		ok, seen := known[x]

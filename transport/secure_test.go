@@ -34,6 +34,12 @@ import (
 // does not verify under the client's enrolled identity.
 const badSignature = secagg.Behaviour(-1)
 
+// badShareSignature deals shares whose signatures do not verify under the
+// dealer's identity: the server refuses the dealing, since a holder would
+// ignore such shares without complaining and still be counted as holding
+// them.
+const badShareSignature = secagg.Behaviour(-2)
+
 // hostile plays a client of secure rounds by hand, over the wire, with an
 // ldpq payload of zeros (every bit 0): each round it behaves as the next
 // of its behaviours says, leaving and joining again where a behaviour
@@ -160,7 +166,11 @@ func (h *hostile) round(b secagg.Behaviour) error {
 			break
 		}
 		sh := &pb.SecAggShare{From: h.id, To: uint32(to), Ciphertext: ct}
-		sh.Signature = ed25519.Sign(h.key, secaggShareSigned(h.r.hello.GetRunId(), t, sh, cl.HolderValues(to)))
+		signer := h.key
+		if b == badShareSignature {
+			signer = NewKey()
+		}
+		sh.Signature = ed25519.Sign(signer, secaggShareSigned(h.r.hello.GetRunId(), t, sh, cl.HolderValues(to)))
 		shares.Shares = append(shares.Shares, sh)
 	}
 	if b == secagg.InconsistentValues {
@@ -171,7 +181,7 @@ func (h *hostile) round(b secagg.Behaviour) error {
 		return err
 	}
 	switch b {
-	case secagg.LeaveAfterShares, secagg.ShortShares, secagg.InconsistentValues, secagg.OmitShares:
+	case secagg.LeaveAfterShares, secagg.ShortShares, secagg.InconsistentValues, secagg.OmitShares, badShareSignature:
 		return h.leave()
 	}
 	if m, err = h.next(func(m *pb.ServerMessage) bool { return m.GetSecaggInbox() != nil }); err != nil {
@@ -315,7 +325,7 @@ func deployedBehaviours() []secagg.Behaviour {
 			bs = append(bs, b)
 		}
 	}
-	return append(bs, badSignature)
+	return append(bs, badSignature, badShareSignature)
 }
 
 // TestSecureBehaviours: a deployed secure run of ldpq with one hostile
@@ -358,7 +368,7 @@ func TestSecureBehaviours(t *testing.T) {
 			}
 			for k, r := range run.Rounds {
 				want := n - 1
-				if bs[k].Counted() && bs[k] != badSignature {
+				if bs[k].Counted() && bs[k] != badSignature && bs[k] != badShareSignature {
 					want = n
 				}
 				if r.Clients != want || r.Discarded != "" {
@@ -370,6 +380,9 @@ func TestSecureBehaviours(t *testing.T) {
 			}
 			if !strings.Contains(ts.log.String(), "clients [0] revealed shares that do not match their commitments") {
 				t.Error("the wrong shares revealed were not found")
+			}
+			if !strings.Contains(ts.log.String(), ": bad signature") || !strings.Contains(ts.log.String(), "its shares for") {
+				t.Error("the dealing with badly signed shares was not refused for its signatures")
 			}
 		})
 	}
