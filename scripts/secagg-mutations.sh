@@ -109,4 +109,10 @@ check "a dealer discloses to any number of complainers"
 apply transport/client.go 'if id := runID([]byte(hello.GetConfigYaml())); !bytes.Equal(hello.GetRunId(), id) {' 'if id := runID([]byte(hello.GetConfigYaml())); false {'
 check "the run id unchecked" transport '^(TestClientPolicy|TestAskedAgain|TestReplayNewRunID)$'
 
+apply transport/secureclient.go 'secaggShareSigned(sr.runID, t, sh, sh.GetValues()), sh.GetSignature()); err != nil {' 'secaggShareSigned(sr.runID, t, sh, sh.GetValues()), sh.GetSignature()); false && err != nil {'
+check "a holder complains of a dealing its dealer did not sign" transport '^TestTamperingServer$'
+
+apply transport/secureclient.go 'check.GetSignature()); err != nil || check.GetRound() != t' 'check.GetSignature()); false && err != nil || check.GetRound() != t'
+check "a dealer discloses for a complaint its holder did not sign" transport '^TestTamperingServer$'
+
 exit $status

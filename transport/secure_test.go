@@ -806,3 +806,108 @@ func scriptedServer(t *testing.T, impl pb.FederationServer) string {
 	t.Cleanup(gs.Stop)
 	return lis.Addr().String()
 }
+
+// sentStream is a client's stream that records what it sends.
+type sentStream struct {
+	pb.Federation_SessionClient
+	sent []*pb.ClientMessage
+}
+
+func (s *sentStream) Send(m *pb.ClientMessage) error { s.sent = append(s.sent, m); return nil }
+
+// TestTamperingServer plays a server that alters what it relays against a
+// client's check and disclosure steps: a dealing its dealer did not sign is
+// left out and not complained of (complaining would make an honest dealer
+// disclose this client's shares), one its dealer signed that does not open
+// is complained of; a complaint its holder did not sign gets no share
+// disclosed, one it signed gets its shares.
+func TestTamperingServer(t *testing.T) {
+	ids := []uint64{0, 1, 2, 3, 4}
+	p := secagg.Params{Bits: 8, Seed: [32]byte{33}, Round: 1}
+	pol := secagg.Policy{MinClients: 1, MaxBits: 8}
+	srv, err := secagg.NewServer(p, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls := map[uint64]*secagg.Client{}
+	keys := map[uint32]ed25519.PrivateKey{}
+	identities := map[uint32]ed25519.PublicKey{}
+	for _, id := range ids {
+		if cls[id], err = secagg.NewClient(p, pol, id, ids, crand.Reader); err != nil {
+			t.Fatal(err)
+		}
+		srv.AddKeys(id, cls[id].Keys())
+		keys[uint32(id)] = NewKey()
+		identities[uint32(id)] = keys[uint32(id)].Public().(ed25519.PublicKey)
+	}
+	for _, id := range ids {
+		peers, _ := srv.Keys(id)
+		d, err := cls[id].Share(peers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.AddShares(id, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runID := []byte("tampering")
+	in, err := srv.Deliveries(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := &pb.SecAggShares{Round: 1}
+	for from := range uint32(5) {
+		if from == 0 {
+			continue
+		}
+		sh := &pb.SecAggShare{From: from, To: 0, Ciphertext: in[uint64(from)].Sealed, Values: in[uint64(from)].Values}
+		sh.Signature = ed25519.Sign(keys[from], secaggShareSigned(runID, 1, sh, sh.GetValues()))
+		switch from {
+		case 1: // altered by the server after the dealer signed
+			sh.Ciphertext = slices.Clone(sh.Ciphertext)
+			sh.Ciphertext[0] ^= 1
+		case 2: // signed so by its dealer, and not the dealing it committed to
+			sh.Ciphertext = slices.Clone(sh.Ciphertext)
+			sh.Ciphertext[0] ^= 1
+			sh.Signature = ed25519.Sign(keys[from], secaggShareSigned(runID, 1, sh, sh.GetValues()))
+		}
+		inbox.Shares = append(inbox.Shares, sh)
+	}
+	stream := &sentStream{}
+	c := &Client{cfg: ClientConfig{ID: 0, Key: keys[0]}, log: log.New(io.Discard, "", 0)}
+	sr := &secureClientRound{c: c, stream: stream, runID: runID, t: 1, self: 0, cl: cls[0], identities: identities}
+	if err := sr.check(&pb.ServerMessage{Body: &pb.ServerMessage_SecaggInbox{SecaggInbox: inbox}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stream.sent[0].GetSecaggCheck().GetComplaints(); !slices.Equal(got, []uint32{2}) {
+		t.Errorf("complaints %v, want [2]: of the dealing its dealer signed, not of the one the server altered", got)
+	}
+	// Dealer 1 is sent a complaint that 3 did not sign, dealer 2 one that
+	// 3 signed.
+	for dealer := uint32(1); dealer <= 2; dealer++ {
+		in, err := srv.Deliveries(uint64(dealer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cls[uint64(dealer)].Check(in); err != nil {
+			t.Fatal(err)
+		}
+		stream.sent = nil
+		sr := &secureClientRound{c: &Client{cfg: ClientConfig{ID: int(dealer), Key: keys[dealer]}, log: log.New(io.Discard, "", 0)},
+			stream: stream, runID: runID, t: 1, self: dealer, cl: cls[uint64(dealer)], identities: identities}
+		check := &pb.SecAggCheck{Round: 1, Client: 3, Complaints: []uint32{dealer}}
+		signer := keys[3]
+		if dealer == 1 {
+			signer = NewKey()
+		}
+		check.Signature = ed25519.Sign(signer, secaggCheckSigned(runID, check))
+		ds := &pb.SecAggDisputes{Round: 1, Checks: []*pb.SecAggCheck{check}}
+		if err := sr.disclose(&pb.ServerMessage{Body: &pb.ServerMessage_SecaggDisputes{SecaggDisputes: ds}}); err != nil || len(stream.sent) != 1 {
+			t.Fatalf("dealer %d: %v, sent %d messages", dealer, err, len(stream.sent))
+		}
+		shares := stream.sent[0].GetSecaggDisclosure().GetShares()
+		if want := int(dealer - 1); len(shares) != want || want == 1 && shares[0].GetHolder() != 3 {
+			t.Errorf("dealer %d disclosed %v, want %d shares (those of holder 3 when 3 signed its complaint)", dealer, shares, want)
+		}
+	}
+}
