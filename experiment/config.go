@@ -36,7 +36,8 @@ type Config struct {
 	// default; "" means the same).
 	Partition       string  `yaml:"partition"`
 	Clients         int     `yaml:"clients"`
-	ClientsPerRound int     `yaml:"clients_per_round"` // 0: all
+	ClientsPerRound int     `yaml:"clients_per_round"`  // 0: all
+	Sampling        string  `yaml:"sampling,omitempty"` // fixed (ClientsPerRound exactly) or poisson (each client at rate ClientsPerRound/Clients)
 	Dropout         float64 `yaml:"dropout"`
 	Rounds          int     `yaml:"rounds"`
 	EvalEvery       int     `yaml:"eval_every"`
@@ -116,6 +117,19 @@ type Config struct {
 	ByzantineFraction float64 `yaml:"byzantine_fraction,omitempty"`
 
 	LedgerDelta float64 `yaml:"ledger_delta"` // delta of the privacy ledger's composed bounds
+
+	// DP-FedAvg (fl.DPFedAvg, docs/privacy.md#user-level): Clip is the L2
+	// bound of a client's whole update (0: off), NoiseMultiplier the
+	// noise's standard deviation over it, TargetEpsilon the user-level
+	// epsilon at Delta the run must meet (NoiseMultiplier then follows).
+	Clip            float64 `yaml:"clip,omitempty"`
+	NoiseMultiplier float64 `yaml:"noise_multiplier,omitempty"`
+	TargetEpsilon   float64 `yaml:"target_epsilon,omitempty"`
+	// ClipQuantile makes Clip adaptive (fl.DPFedAvg.Quantile): the clip
+	// tracks this quantile of the update norms, from a count with noise
+	// ClipQuantileNoise (0: expected clients per round / 20).
+	ClipQuantile      float64 `yaml:"clip_quantile,omitempty"`
+	ClipQuantileNoise float64 `yaml:"clip_quantile_noise,omitempty"`
 
 	// Own data (data.go, docs/data.md): where the clients' and the
 	// server's data are when the run brings its own rather than a
@@ -352,13 +366,15 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Rounds: c.Rounds, Dropout: c.Dropout,
 		Mechanism: c.Mechanism, Mech: c.mechConfig(), Transfer: c.Transfer, Perturb: c.Perturb,
 		Strategy: fl.Strategy{
-			ClientsPerRound: c.ClientsPerRound, Range: rg, ProxMu: c.ProxMu,
+			ClientsPerRound: c.ClientsPerRound, Sampling: c.Sampling, Range: rg, ProxMu: c.ProxMu,
 			Weighting: c.Weighting, MaxExamples: c.MaxExamples, Aggregator: rule,
 			Server: fl.ServerConfig{Name: c.ServerOptimizer, LR: c.GlobalLR, Beta1: c.ServerBeta1, Beta2: c.ServerBeta2, Tau: c.ServerTau},
 		},
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
 		Shuffle: c.Shuffle, Byzantine: attack, ByzantineFraction: c.ByzantineFraction,
+		DP: fl.DPFedAvg{Clip: c.Clip, Noise: c.NoiseMultiplier, TargetEpsilon: c.TargetEpsilon, Delta: c.Delta,
+			Quantile: c.ClipQuantile, QuantileNoise: c.ClipQuantileNoise},
 	}, nil
 }
 

@@ -36,9 +36,7 @@ type aggregate struct {
 
 func (e *Engine) newAggregate(ranges []mech.Range, sel []int, slot func(int) mech.Slot) (*aggregate, error) {
 	a := &aggregate{m: e.m, slot: slot, ranges: ranges}
-	for _, s := range e.specs {
-		a.sizes = append(a.sizes, size(s.Shape))
-	}
+	a.sizes = e.sizes
 	if e.cfg.Weighting == "examples" {
 		for _, k := range sel {
 			if e.examples[k] != e.examples[sel[0]] {

@@ -115,23 +115,35 @@ func FlipLabels(y []int32, classes int) ([]int32, error) {
 // fixed is the constant attack's randomness, a stream that starts at the
 // same place every round (a fresh corr.Derive of one key per client and
 // run); the other kinds ignore it. The zero Attack is Encode.
-func (a Attack) Encode(m mech.Mechanism, perturb string, global, local [][]float32, ranges []mech.Range, slot mech.Slot, fixed corr.Source) ([][]byte, error) {
+func (a Attack) Encode(m mech.Mechanism, input string, global, local [][]float32, ranges []mech.Range, slot mech.Slot, fixed corr.Source) ([][]byte, error) {
 	switch a.Kind {
 	case SignFlip, ScaleBy:
 		s := a.Scale
 		if a.Kind == SignFlip {
 			s = -1
 		}
-		if err := scaledInputs(perturb, global, local, s); err != nil {
+		if input == ClippedUpdates { // the scaled update, clipped as any
+			if err := scaledInputs("weights", global, local, s); err != nil {
+				return nil, err
+			}
+			return Encode(m, input, global, local, ranges, slot)
+		}
+		if err := scaledInputs(input, global, local, s); err != nil {
 			return nil, err
 		}
 		return encodeTensors(m, local, ranges, slot)
+	case Constant, Extreme:
+		if input == ClippedUpdates {
+			return nil, fmt.Errorf("fl: byzantine %s is defined per tensor and range, not for DP-FedAvg's clipped updates", a.Kind)
+		}
+	}
+	switch a.Kind {
 	case Constant:
 		return constantMessage(m, local, ranges, slot, fixed)
 	case Extreme:
 		return extremeMessage(m, global, local, ranges, slot)
 	}
-	return Encode(m, perturb, global, local, ranges, slot)
+	return Encode(m, input, global, local, ranges, slot)
 }
 
 // scaledInputs turns local in place into what a client whose update is
@@ -246,7 +258,7 @@ func (e *Engine) attacking(honest encoder) encoder {
 		if !e.attacker(k) {
 			return honest(k, p, local, slot)
 		}
-		return e.cfg.Byzantine.Encode(e.m, e.cfg.Perturb, p.Global, local, p.Ranges, slot,
+		return e.cfg.Byzantine.Encode(e.m, e.cfg.Input(), p.Global, local, p.Ranges, slot,
 			corr.Derive(e.secret, "byzantine-constant", uint64(k)))
 	}
 }

@@ -14,19 +14,63 @@ type encoder func(k int, p *Plan, local [][]float32, slot mech.Slot) ([][]byte, 
 
 // honest is what every honest client sends: Encode, in the round's ranges.
 func (e *Engine) honest(_ int, p *Plan, local [][]float32, slot mech.Slot) ([][]byte, error) {
-	return Encode(e.m, e.cfg.Perturb, p.Global, local, p.Ranges, slot)
+	return Encode(e.m, e.cfg.Input(), p.Global, local, p.Ranges, slot)
 }
 
-// Encode turns a client's trained weights into its upload's payloads: the
-// weights, or in updates mode their difference from the global model
-// (computed in place in local), each tensor encoded by the mechanism in its
-// range with the client's slot.
-func Encode(m mech.Mechanism, perturb string, global, local [][]float32, ranges []mech.Range, slot mech.Slot) ([][]byte, error) {
-	if err := toInputs(perturb, global, local); err != nil {
+// Encode turns a client's trained weights into its upload's payloads, as
+// input (Config.Input) says: the weights, their difference from the
+// global model (computed in place in local), each tensor encoded by the
+// mechanism in its range with the client's slot; or, ClippedUpdates, that
+// difference as one vector clipped to the one range's radius in L2 norm,
+// encoded whole.
+func Encode(m mech.Mechanism, input string, global, local [][]float32, ranges []mech.Range, slot mech.Slot) ([][]byte, error) {
+	if input == ClippedUpdates {
+		flat, err := clippedInput(global, local, ranges)
+		if err != nil {
+			return nil, err
+		}
+		return encodeTensors(m, flat, ranges, slot)
+	}
+	if err := toInputs(input, global, local); err != nil {
 		return nil, err
 	}
 	return encodeTensors(m, local, ranges, slot)
 }
+
+// clippedInput is a DP-FedAvg client's one vector: its update local -
+// global clipped in L2 norm to the round's first range's radius; with an
+// adaptive clip (a second range, indicatorRange), also 1 if the update's
+// norm was at most that radius, else 0.
+func clippedInput(global, local [][]float32, ranges []mech.Range) ([][]float32, error) {
+	if err := toInputs("weights", global, local); err != nil { // checks the shapes only
+		return nil, err
+	}
+	if len(ranges) < 1 || len(ranges) > 2 || ranges[0].Center != 0 || ranges[0].Validate() != nil ||
+		len(ranges) == 2 && ranges[1] != indicatorRange {
+		return nil, fmt.Errorf("fl: a clipped update takes the ranges {0, clip} and, for an adaptive clip, %v; not %v", indicatorRange, ranges)
+	}
+	n := 0
+	for _, w := range local {
+		n += len(w)
+	}
+	flat := make([]float32, n)
+	unclipped, err := clipUpdate(flat, global, local, ranges[0].Radius)
+	if err != nil {
+		return nil, err
+	}
+	if len(ranges) == 1 {
+		return [][]float32{flat}, nil
+	}
+	b := float32(0)
+	if unclipped {
+		b = 1
+	}
+	return [][]float32{flat, {b}}, nil
+}
+
+// indicatorRange is the range of the one value an adaptive clip asks of
+// each client: whether its update was within the clip.
+var indicatorRange = mech.Range{Center: 0.5, Radius: 0.5}
 
 // toInputs turns local, a client's trained weights, in place into what
 // it encodes: the weights themselves, or in updates mode their difference

@@ -97,6 +97,16 @@ func (r RangeRule) validate() error {
 
 // ranges returns this round's range of every tensor.
 func (e *Engine) ranges() ([]mech.Range, error) {
+	if e.cfg.DP.on() {
+		c := mech.Range{Radius: e.clip}
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("clip: %w", err)
+		}
+		if e.cfg.DP.Quantile > 0 {
+			return []mech.Range{c, indicatorRange}, nil
+		}
+		return []mech.Range{c}, nil
+	}
 	rule := e.cfg.Range
 	ref := e.global
 	if e.cfg.Perturb == "updates" && e.prevUpd != nil {

@@ -27,9 +27,9 @@ type robustRow struct {
 
 func (e *Engine) newRobust(ranges []mech.Range, slot func(int) mech.Slot) *robustSum {
 	a := &aggregate{m: e.m, slot: slot, ranges: ranges}
-	for _, s := range e.specs {
-		a.sizes = append(a.sizes, size(s.Shape))
-		a.dec = append(a.dec, make([]float64, size(s.Shape)))
+	a.sizes = e.sizes
+	for _, n := range e.sizes {
+		a.dec = append(a.dec, make([]float64, n))
 	}
 	return &robustSum{rule: e.cfg.Aggregator, dec: a, params: e.params}
 }

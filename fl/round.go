@@ -122,9 +122,20 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 	}, nil
 }
 
-// sample draws round t's clients from those online: a uniformly random
-// subset of ClientsPerRound, in increasing order.
+// sample draws round t's clients from those online, in increasing order:
+// a uniformly random subset of ClientsPerRound, or under Poisson sampling
+// each with probability q = ClientsPerRound over the clients enrolled.
 func (e *Engine) sample(t int, online []int) []int {
+	if q := e.rate(); q < 1 && e.cfg.Sampling == "poisson" {
+		src := corr.Derive(e.secret, "sample", uint64(t))
+		var sel []int
+		for _, k := range online {
+			if src.Float64() < q {
+				sel = append(sel, k)
+			}
+		}
+		return sel
+	}
 	k := e.cfg.ClientsPerRound
 	if k <= 0 || k >= len(online) {
 		return append([]int(nil), online...)
@@ -137,6 +148,15 @@ func (e *Engine) sample(t int, online []int) []int {
 		sel[i] = online[j]
 	}
 	return sel
+}
+
+// rate is the probability that a round samples a given client: 1 when
+// every client online takes part.
+func (e *Engine) rate() float64 {
+	if k := e.cfg.ClientsPerRound; k > 0 && k < len(e.examples) {
+		return float64(k) / float64(len(e.examples))
+	}
+	return 1
 }
 
 // dropouts draws which of the round's clients drop out before uploading.
@@ -270,6 +290,11 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		case err != nil:
 			return r, err
 		default:
+			if e.cfg.DP.on() {
+				if est, err = e.privatize(p, est, received); err != nil {
+					return r, err
+				}
+			}
 			if err := e.update(est); err != nil {
 				r.Discarded = err.Error()
 			} else if e.radii != nil {
@@ -382,8 +407,8 @@ func (e *Engine) update(est [][]float64) error {
 // bits is the payload size of one client's upload.
 func (e *Engine) bits() int {
 	b := 0
-	for _, s := range e.specs {
-		b += e.m.Bits(size(s.Shape))
+	for _, n := range e.sizes {
+		b += e.m.Bits(n)
 	}
 	return b
 }

@@ -125,9 +125,9 @@ func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int)
 	if s.bits, err = SecureBits(m, len(sel)); err != nil {
 		return nil, err
 	}
-	for _, sp := range e.specs {
-		s.sizes = append(s.sizes, size(sp.Shape))
-		s.fields = append(s.fields, m.Fields(size(sp.Shape)))
+	s.sizes = e.sizes
+	for _, n := range e.sizes {
+		s.fields = append(s.fields, m.Fields(n))
 	}
 	for _, k := range sel {
 		s.ids = append(s.ids, uint64(k))

@@ -32,6 +32,9 @@ type State struct {
 	// them from clients without a partner in the sum: the ledger against a
 	// server that sees only sums.
 	MinSum, MinAlone int
+	// Clip is DP-FedAvg's clip for the next round, which an adaptive clip
+	// moves.
+	Clip float64
 }
 
 // State returns the engine's state after its last completed round.
@@ -39,7 +42,7 @@ func (e *Engine) State() State {
 	return State{
 		Round: e.done, Global: e.global, PrevUpd: e.prevUpd, Radii: e.radii, Best: e.best,
 		BestAcc: e.bestAcc, Since: e.since, Moments: e.moments, Joined: e.joined, Seconds: e.elapsed(),
-		MinSum: e.minSum, MinAlone: e.minAlone,
+		MinSum: e.minSum, MinAlone: e.minAlone, Clip: e.clip,
 	}
 }
 
@@ -92,10 +95,16 @@ func (e *Engine) Restore(s State) error {
 	if err := e.checkRadii(s.Radii); err != nil {
 		return err
 	}
+	if e.cfg.DP.on() && (!(s.Clip > 0) || math.IsInf(s.Clip, 0) || e.cfg.DP.Quantile == 0 && s.Clip != e.cfg.DP.Clip) {
+		return fmt.Errorf("fl: checkpoint's clip %v does not fit the run's clip %v", s.Clip, e.cfg.DP.Clip)
+	}
 	e.moments = s.Moments
 	e.done, e.global, e.prevUpd, e.radii, e.best = s.Round, s.Global, s.PrevUpd, s.Radii, s.Best
 	e.bestAcc, e.since, e.joined, e.before = s.BestAcc, s.Since, s.Joined, time.Duration(s.Seconds*float64(time.Second))
 	e.minSum, e.minAlone = s.MinSum, s.MinAlone
+	if e.cfg.DP.on() {
+		e.clip = s.Clip
+	}
 	e.start = time.Now()
 	return nil
 }

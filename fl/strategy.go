@@ -28,6 +28,12 @@ type Strategy struct {
 	// ClientsPerRound is the number of clients sampled per round,
 	// uniformly from those online; 0, or more than there are: all.
 	ClientsPerRound int
+	// Sampling is how: "fixed" (or ""), exactly ClientsPerRound of them,
+	// or "poisson", each client online independently with probability
+	// q = ClientsPerRound / the clients enrolled, so that a round has
+	// ClientsPerRound clients on average. Either is the server's secret,
+	// uniform draw, which is what amplification by sampling asks.
+	Sampling string
 	// Range is the clipping range of each tensor, public: the server
 	// announces it with the model.
 	Range RangeRule
@@ -67,6 +73,8 @@ func (s Strategy) validate() error {
 	switch {
 	case s.ClientsPerRound < 0:
 		return fmt.Errorf("fl: clients per round %d must not be negative", s.ClientsPerRound)
+	case s.Sampling != "" && s.Sampling != "fixed" && s.Sampling != "poisson":
+		return fmt.Errorf("fl: sampling %q: want fixed or poisson", s.Sampling)
 	case s.Weighting != "examples" && s.Weighting != "mean":
 		return fmt.Errorf("fl: weighting %q: want examples or mean", s.Weighting)
 	case s.MaxExamples < 0:

@@ -63,6 +63,9 @@ type Config struct {
 	// and fixed for the run); the zero Attack and 0 are an honest run.
 	Byzantine         Attack
 	ByzantineFraction float64
+	// DP is user-level DP-FedAvg: each client's whole update clipped in
+	// L2 norm, noise on the round's sum; the zero DPFedAvg is off.
+	DP DPFedAvg
 }
 
 // Model is what the engine needs of an architecture; *model.Model is one.
@@ -134,6 +137,8 @@ type Engine struct {
 	secret   []byte
 	specs    []model.TensorSpec
 	params   int
+	sizes    []int   // what a client encodes: each tensor's size, or under DP-FedAvg the model's
+	clip     float64 // DP-FedAvg: the next round's clip
 	global   [][]float32
 	prevUpd  [][]float32 // updates mode: the last estimated update, for ranges
 	radii    []float64   // range adaptive: each tensor's radius for the next round
@@ -179,6 +184,9 @@ func New(cfg Config, task Task) (*Engine, error) {
 	}
 	m, err := mech.New(cfg.Mechanism, cfg.Mech)
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.validateDP(m); err != nil {
 		return nil, err
 	}
 	info, _ := mech.Lookup(cfg.Mechanism)
@@ -241,6 +249,17 @@ func New(cfg Config, task Task) (*Engine, error) {
 	}
 	for _, s := range e.specs {
 		e.params += size(s.Shape)
+		e.sizes = append(e.sizes, size(s.Shape))
+	}
+	if cfg.DP.on() {
+		e.sizes = []int{e.params} // one vector, clipped whole
+		if cfg.DP.Quantile > 0 {
+			e.sizes = append(e.sizes, 1) // and whether it was within the clip
+		}
+		e.clip = cfg.DP.Clip
+		if _, err := e.updateNoise(); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }

@@ -569,7 +569,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	var payloads [][]byte
 	c.busy(func() {
 		start := time.Now()
-		payloads, err = c.cfg.Byzantine.Encode(c.m, c.su.Engine.Perturb, global, local, ranges, slot, corr.Derive(c.runSecret, "byzantine-constant"))
+		payloads, err = c.cfg.Byzantine.Encode(c.m, c.su.Engine.Input(), global, local, ranges, slot, corr.Derive(c.runSecret, "byzantine-constant"))
 		c.cfg.Metrics.encoded(time.Since(start))
 	})
 	if err != nil {
