@@ -316,7 +316,7 @@ func TestTreeEpsilonClosedForm(t *testing.T) {
 // returned z meets the target, and 0.1% less noise does not.
 func TestTreeNoiseMultiplier(t *testing.T) {
 	for _, c := range []struct {
-		eps, delta float64
+		eps, delta  float64
 		total, k, b int
 		o           TreeOptions
 	}{
