@@ -300,7 +300,8 @@ type sepDP struct{ k, b int }
 // constraint asks for more than b.
 type sepBlock struct {
 	size, nmax, g int
-	best          []int64 // at ((n-1) g + a) g + e, n in 1..nmax
+	best          []int64   // at ((n-1) g + a) g + e, n in 1..nmax
+	brk           [][]int32 // breaks, at (n-1) g + a
 }
 
 func (s *sepBlock) at(n, a, e int) int64 {
@@ -325,8 +326,7 @@ func (p sepDP) block(size int) *sepBlock {
 
 // root is s with a released node over the whole block: n^2 more.
 func (p sepDP) root(s *sepBlock) *sepBlock {
-	r := *s
-	r.best = append([]int64(nil), s.best...)
+	r := sepBlock{size: s.size, nmax: s.nmax, g: s.g, best: append([]int64(nil), s.best...)}
 	for n := 1; n <= r.nmax; n++ {
 		row := r.best[(n-1)*r.g*r.g : n*r.g*r.g]
 		for i, v := range row {
@@ -341,31 +341,62 @@ func (p sepDP) root(s *sepBlock) *sepBlock {
 // concat is the table of L's steps followed by R's, with no node over
 // both. A pattern with steps on both sides has some x in 0..b with at
 // least x steps of L after its last there and b-x of R before its first.
+// As x grows L's value can only fall and R's only rise, so of each run of
+// x over which L's value stays the same only the last can be best: those
+// are L's breaks, a few per row where b is hundreds.
 func (p sepDP) concat(L, R *sepBlock) *sepBlock {
 	if L == nil {
 		return R
 	}
 	out := p.block(L.size + R.size)
+	xlo := max(0, p.b-R.g+1) // below it R has no room for b-x steps before its first
 	for n := 1; n <= out.nmax; n++ {
 		for a := 0; a < out.g; a++ {
-			for e := 0; e < out.g; e++ {
-				best := max(R.at(n, max(0, a-L.size), e), L.at(n, a, max(0, e-R.size)))
-				for n1 := max(1, n-R.nmax); n1 <= min(n-1, L.nmax); n1++ {
-					for x := max(0, p.b-R.g+1); x < L.g; x++ {
-						lv := L.at(n1, a, x)
-						if lv < 0 {
-							break // the larger x leave no more room
-						}
-						if rv := R.at(n-n1, p.b-x, e); rv >= 0 && lv+rv > best {
-							best = lv + rv
+			row := out.best[((n-1)*out.g+a)*out.g:][:out.g]
+			for e := range row {
+				row[e] = max(R.at(n, max(0, a-L.size), e), L.at(n, a, max(0, e-R.size)))
+			}
+			if a >= L.g {
+				continue // L has no room for a step
+			}
+			for n1 := max(1, n-R.nmax); n1 <= min(n-1, L.nmax); n1++ {
+				lrow := L.best[((n1-1)*L.g+a)*L.g:][:L.g]
+				rtab := R.best[(n-n1-1)*R.g*R.g:][:R.g*R.g]
+				for _, x := range L.breaks(n1, a) {
+					if int(x) < xlo {
+						continue
+					}
+					lv, rrow := lrow[x], rtab[(p.b-int(x))*R.g:][:R.g]
+					for e := range min(out.g, R.g) {
+						if rv := rrow[e]; rv >= 0 && lv+rv > row[e] {
+							row[e] = lv + rv
 						}
 					}
 				}
-				out.best[((n-1)*out.g+a)*out.g+e] = best
 			}
 		}
 	}
 	return out
+}
+
+// breaks is the x at which L's value for n steps and a before the first
+// is about to fall (or become infeasible), increasing; computed once.
+func (s *sepBlock) breaks(n, a int) []int32 {
+	if s.brk == nil {
+		s.brk = make([][]int32, s.nmax*s.g)
+	}
+	i := (n-1)*s.g + a
+	if s.brk[i] == nil {
+		row := s.best[i*s.g:][:s.g]
+		b := []int32{}
+		for x, v := range row {
+			if v >= 0 && (x+1 == len(row) || row[x+1] < v) {
+				b = append(b, int32(x))
+			}
+		}
+		s.brk[i] = b
+	}
+	return s.brk[i]
 }
 
 // forest is the table of one tree over size steps: its complete blocks of
