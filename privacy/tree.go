@@ -9,9 +9,11 @@ import (
 // This file holds DP-FTRL's noise: tree aggregation of the prefix sums of
 // the clipped model updates (Kairouz, McMahan, Song, Thakkar, Thakurta and
 // Xu, "Practical and private (deep) learning without sampling or
-// shuffling", ICML 2021, Section 3 and Algorithm 1; the binary mechanism of
-// Dwork, Naor, Pitassi and Rothblum 2010 and Chan, Shi and Song 2011).
-// tree_account.go holds what it guarantees.
+// shuffling", ICML 2021, Algorithm 1; the binary mechanism of Dwork, Naor,
+// Pitassi and Rothblum 2010 and Chan, Shi and Song 2011). tree_account.go
+// holds what it guarantees. Banded matrix factorization (Choquette-Choo et
+// al. 2023) adds less noise for the same guarantee but needs its strategy
+// matrix optimized per run; it is not here.
 
 // NormalSource is a stream of independent standard normal variates, such
 // as corr's streams or math/rand/v2's generators. The tree's privacy rests
@@ -32,11 +34,13 @@ type TreeOptions struct {
 	Restart int `json:"restart,omitempty"`
 	// Efficient estimates each prefix sum from every node of the tree,
 	// not only the O(log t) that cover it: Honaker's estimator ("Efficient
-	// use of differentially private binary trees", 2015), which the paper
-	// and tensorflow_privacy's EfficientTreeAggregator use. A node
-	// at level h then has variance sigma^2 2^h/(2^(h+1)-1) instead of
-	// sigma^2, at most half, for twice the normal draws, and every node
-	// of the tree counts in the accounting, not only the left children.
+	// use of differentially private binary trees", 2015), as in
+	// tensorflow_privacy's EfficientTreeAggregator. A block of 2^h steps
+	// then has noise variance sigma^2 2^h/(2^(h+1)-1) instead of sigma^2
+	// (2/3 of it at h = 1, half for large h), for up to twice the normal
+	// draws; but every node of the tree is released, so the accounting
+	// counts the right children too, and with several participations the
+	// sensitivity is larger than the vanilla tree's.
 	Efficient bool `json:"efficient,omitempty"`
 }
 
@@ -60,9 +64,10 @@ func (o TreeOptions) local(t int) int {
 // dyadic block of steps) holds an independent N(0, sigma^2 I_d); the t-th
 // prefix sum x_1 + ... + x_t is the sum of the blocks that the binary
 // digits of t give (for t = 6: steps 1-4 and 5-6), and its noise is the
-// sum of those blocks' nodes. Only the nodes of the current decomposition are kept: at most
-// floor(log2 t) + 1 vectors, O(d log T) memory, and one new node (d normal
-// draws; two on average with Efficient) per step.
+// sum of those blocks' nodes. Only the nodes of the current decomposition
+// are kept: at most floor(log2 t) + 1 vectors, O(d log T) memory, and one
+// new node (d normal draws; up to two on average with Efficient) per
+// step.
 //
 // A server releases x_1 + ... + x_t + Next's noise at step t (or, to apply
 // one update per round as tensorflow_privacy's TreeResidualSumQuery does,
