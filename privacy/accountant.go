@@ -12,7 +12,7 @@ import (
 // Method is how an Accountant composes: by privacy loss distributions
 // (PLD), by Renyi DP (RDP), or Auto: PLD when every event composed so far
 // has a loss distribution (Gaussian, Pair, and those Poisson-sampled),
-// else RDP.
+// taking RDP's answer where it is smaller, else RDP.
 type Method int
 
 const (
@@ -55,9 +55,9 @@ const (
 // by less than K h, and h = pldRho estimate/K; a grid that would need more
 // than maxBins bins gets a coarser step, and beyond 4 pldRho the
 // accountant errs rather than answer that loosely. Mass the truncations
-// leave out goes to +Inf loss: it is counted in delta, never dropped. The
-// answer is the least of PLD's and RDP's epsilons (both are upper
-// bounds); Guarantee says which.
+// leave out goes to +Inf loss: it is counted in delta, never dropped. Auto
+// answers with the least of PLD's and RDP's epsilons (both are upper
+// bounds) and Guarantee says which; PLD and RDP answer by their own.
 type Accountant struct {
 	method   Method
 	relation string
@@ -225,11 +225,9 @@ func (a *Accountant) Guarantee(delta float64) (Guarantee, error) {
 	if len(a.atoms) == 0 {
 		return g, nil
 	}
-	rdp := a.rdp()
-	re, _ := rdpEpsilon(rdpOrders, rdp, delta)
-	if g.Method == RDP || re == 0 {
-		g.Method = RDP
-		g.Eps = re
+	re, _ := rdpEpsilon(rdpOrders, a.rdp(), delta)
+	if g.Method == RDP || (re == 0 && a.method == Auto) {
+		g.Method, g.Eps = RDP, re
 		if math.IsInf(re, 1) {
 			return g, fmt.Errorf("privacy: no finite epsilon at delta %v for %s (RDP)", delta, a)
 		}
@@ -237,35 +235,39 @@ func (a *Accountant) Guarantee(delta float64) (Guarantee, error) {
 	}
 	tail := 1e-4 * delta
 	scale := re
-	if math.IsInf(scale, 1) {
+	if math.IsInf(scale, 1) || scale == 0 {
 		coarse, _, err := a.composePLD(math.NaN(), tail)
 		if err != nil {
 			return g, err
 		}
 		scale = max(newCurve(coarse[0]).epsilon(delta), newCurve(coarse[1]).epsilon(delta))
-		if math.IsInf(scale, 1) {
-			return g, fmt.Errorf("privacy: no finite epsilon at delta %v for %s (PLD; its truncations set aside %.3g)", delta, a, tail)
+	}
+	if math.IsInf(scale, 1) {
+		return g, fmt.Errorf("privacy: no finite epsilon at delta %v for %s (PLD; its truncations set aside %.3g)", delta, a, tail)
+	}
+	var pe, slack float64
+	if scale > 0 {
+		dirs, s, err := a.composePLD(scale, tail)
+		if err != nil {
+			return g, err
 		}
+		pe, slack = max(newCurve(dirs[0]).epsilon(delta), newCurve(dirs[1]).epsilon(delta)), s
 	}
-	dirs, slack, err := a.composePLD(scale, tail)
-	if err != nil {
-		return g, err
-	}
-	pe := max(newCurve(dirs[0]).epsilon(delta), newCurve(dirs[1]).epsilon(delta))
-	if math.IsInf(pe, 1) && math.IsInf(re, 1) {
-		return g, fmt.Errorf("privacy: no finite epsilon at delta %v for %s", delta, a)
-	}
-	if re < pe {
+	if a.method == Auto && re < pe {
 		g.Eps, g.Method = re, RDP
 		return g, nil
+	}
+	if math.IsInf(pe, 1) {
+		return g, fmt.Errorf("privacy: no finite epsilon at delta %v for %s (PLD)", delta, a)
 	}
 	g.Eps, g.Slack = pe, slack
 	return g, nil
 }
 
-// Delta is the smallest delta for which the run so far is (eps, delta)-DP
-// as far as the accountant can tell, eps >= 0: the least of PLD's (where
-// the method is PLD) and RDP's.
+// Delta is the smallest delta for which the run so far is (eps,
+// delta)-DP as far as the accountant can tell, eps >= 0: by its method, and
+// for Auto the least of PLD's (where every event has a loss distribution)
+// and RDP's. PLD truncations add at most 1e-15.
 func (a *Accountant) Delta(eps float64) (float64, error) {
 	if !(eps >= 0) || math.IsInf(eps, 0) {
 		return 0, fmt.Errorf("privacy: epsilon %v must be non-negative and finite", eps)
@@ -288,7 +290,11 @@ func (a *Accountant) Delta(eps float64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return min(d, max(newCurve(dirs[0]).delta(eps), newCurve(dirs[1]).delta(eps))), nil
+	pd := max(newCurve(dirs[0]).delta(eps), newCurve(dirs[1]).delta(eps))
+	if a.method == PLD {
+		return pd, nil
+	}
+	return min(d, pd), nil
 }
 
 func (a *Accountant) checkMethod() error {

@@ -358,3 +358,48 @@ func pldCapable(e Event) bool {
 	}
 	return false
 }
+
+// SecureSumPair is the blanket pair of SecureSumBlanket (one client's
+// eps0-LDP bit among n, seen through their sum, one parameter and one
+// round) as a Pair, so that an Accountant can compose it with other events
+// and sample it. Its losses are split between the points of a grid of step
+// sd/1024, sd the loss's standard deviation at the most likely noise
+// count (sampled.go's split, which gives again a dominating pair), and
+// mass at most 1e-16 in the tails is moved up to the lowest loss kept or
+// to +Inf (an outcome Q never gives), as blanketPLD does. The pair is
+// symmetric, like the blanket's. It has some ten thousand outcomes.
+func SecureSumPair(eps0 float64, n int) (Pair, error) {
+	if err := checkBlanket(eps0, n, 0.5); err != nil {
+		return Pair{}, err
+	}
+	_, sd := blanketLossMoments(eps0, n)
+	h := sd / 1024
+	if n == 1 || !(h > 0) {
+		qlo, qhi := rrProbs(eps0)
+		return Pair{Name: fmt.Sprintf("randomized response eps0=%g", eps0), P: []float64{qhi, qlo}, Q: []float64{qlo, qhi}}, nil
+	}
+	g := blanketPLD(eps0, n, h, 1e-16, roundSplit)
+	if len(g.mass) > maxBins {
+		return Pair{}, errTooFine{float64(len(g.mass))}
+	}
+	p := Pair{Name: fmt.Sprintf("secure sum blanket eps0=%g n=%d", eps0, n)}
+	for i, m := range g.mass {
+		if m > 0 {
+			p.P = append(p.P, m)
+			p.Q = append(p.Q, m*math.Exp(-float64(g.off+i)*h))
+		}
+	}
+	if g.inf > 0 {
+		p.P = append(p.P, g.inf)
+		p.Q = append(p.Q, 0)
+	}
+	// The binomial weights' rounding can leave the sums a relative 1e-11
+	// above 1; a pair's probabilities sum to at most 1.
+	if s := max(sum(p.P), sum(p.Q)); s > 1 {
+		for i := range p.P {
+			p.P[i] /= s
+			p.Q[i] /= s
+		}
+	}
+	return p, nil
+}
