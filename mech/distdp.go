@@ -17,13 +17,15 @@ func init() {
 	Register(Info{
 		Name: "ddgauss",
 		Summary: "distributed discrete Gaussian (Kairouz, Liu, Steinke 2021), TFF's baseline under secure aggregation: central (eps, delta)-DP per tensor per round " +
-			"against a server that sees only the sum of Config.Clients clients; no LDP; ModBits (16) bits per parameter, padded to a power of two",
+			"against a server that sees only the sum of Config.Clients clients, or with Noise z > 0 DP-FedAvg's L2 mode (one L2-clipped vector, RDP for zero-out); " +
+			"no LDP; ModBits (16) bits per parameter, padded to a power of two",
 		New: func(c Config) (Mechanism, error) { return newDistDP(c, "ddgauss") },
 	})
 	Register(Info{
 		Name: "skellam",
 		Summary: "Skellam mechanism (Agarwal, Kairouz, Liu 2021), TFF's baseline under secure aggregation: central (eps, delta)-DP per tensor per round " +
-			"against a server that sees only the sum of Config.Clients clients; no LDP; ModBits (16) bits per parameter, padded to a power of two",
+			"against a server that sees only the sum of Config.Clients clients, or with Noise z > 0 DP-FedAvg's L2 mode (one L2-clipped vector, RDP for zero-out); " +
+			"no LDP; ModBits (16) bits per parameter, padded to a power of two",
 		New: func(c Config) (Mechanism, error) { return newDistDP(c, "skellam") },
 	})
 }
@@ -63,13 +65,17 @@ func init() {
 // twice a client's Bound; TFF's zero-out relation would need half the
 // noise standard deviation). It holds if at least n clients add their
 // noise (fewer clients: weaker), and it is not LDP: a client's message
-// alone carries 1/n of the noise. Calibration: distParams.
+// alone carries 1/n of the noise. Calibration: distParams. The L2 mode
+// (Config.Noise > 0, distL2) takes one L2-clipped vector instead, sets the
+// noise from the noise multiplier and states RDP for the zero-out
+// relation (sensitivity one Bound).
 type distDP struct {
 	name    string
 	eps     float64
 	delta   float64
-	bits    int // b
-	clients int // n
+	z       float64 // the L2 mode's noise multiplier (distL2); 0 per round
+	bits    int     // b
+	clients int     // n
 	k       float64
 	cache   sync.Map // d' -> *distParams
 }
@@ -84,31 +90,43 @@ var distBeta = math.Exp(-0.5)
 const distMaxBits = 18
 
 func newDistDP(c Config, name string) (Mechanism, error) {
+	if c.Noise != 0 {
+		return newDistL2(c, name)
+	}
 	eps, delta, err := c.epsDelta(name)
 	if err != nil {
 		return nil, err
 	}
-	b := c.ModBits
+	b, n, k, err := distShape(c, name)
+	if err != nil {
+		return nil, err
+	}
+	return &distDP{name: name, eps: eps, delta: delta, bits: b, clients: n, k: k}, nil
+}
+
+// distShape checks and returns the bit width b, the clients n and TFF's k.
+func distShape(c Config, name string) (b, n int, k float64, err error) {
+	b = c.ModBits
 	if b == 0 {
 		b = 16
 	}
 	if b < 2 || b > distMaxBits {
-		return nil, fmt.Errorf("mech: %s: modular bits %d must be in 2..%d", name, c.ModBits, distMaxBits)
+		return 0, 0, 0, fmt.Errorf("mech: %s: modular bits %d must be in 2..%d", name, c.ModBits, distMaxBits)
 	}
-	n := c.Clients
+	n = c.Clients
 	if n == 0 {
 		n = 1
 	}
 	// k standard deviations of the sum fit in the modular range: TFF's
 	// defaults, 4 for ddgauss and 3 for skellam.
-	k := 4.0
+	k = 4.0
 	if name == "skellam" {
 		k = 3
 	}
 	if n < 1 || float64(n)*k*k >= math.Ldexp(1, 2*b) {
-		return nil, fmt.Errorf("mech: %s: %d clients do not fit %d modular bits (need n k^2 < 2^(2b), k = %v)", name, c.Clients, b, k)
+		return 0, 0, 0, fmt.Errorf("mech: %s: %d clients do not fit %d modular bits (need n k^2 < 2^(2b), k = %v)", name, c.Clients, b, k)
 	}
-	return &distDP{name: name, eps: eps, delta: delta, bits: b, clients: n, k: k}, nil
+	return b, n, k, nil
 }
 
 func (m *distDP) Name() string       { return m.name }
@@ -148,7 +166,13 @@ func (m *distDP) params(n int) (*distParams, error) {
 	if p, ok := m.cache.Load(dp); ok {
 		return p.(*distParams), nil
 	}
-	p, err := calibrate(m.name, m.eps, m.delta, m.bits, m.clients, m.k, dp)
+	var p *distParams
+	var err error
+	if m.z > 0 {
+		p, err = distL2Params(m.name, m.z, m.bits, m.clients, m.k, dp)
+	} else {
+		p, err = calibrate(m.name, m.eps, m.delta, m.bits, m.clients, m.k, dp)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -222,16 +246,28 @@ func (p *distParams) scale(rg Range, n int) float64 {
 	return p.sc / (rg.Radius * math.Sqrt(float64(n)))
 }
 
+// l2Bound is C, the L2 bound of a client's vector of n parameters: the
+// radius itself in the L2 mode, r sqrt(n) per round.
+func (m *distDP) l2Bound(rg Range, n int) float64 {
+	if m.z > 0 {
+		return rg.Radius
+	}
+	return rg.Radius * math.Sqrt(float64(n))
+}
+
 func (m *distDP) check(n int, rg Range) (*distParams, float64, error) {
 	h, err := m.Support(rg)
 	if err != nil {
 		return nil, 0, err
 	}
+	if m.z > 0 && n > distL2MaxParams {
+		return nil, 0, fmt.Errorf("mech: %s: vector of %d parameters: at most %d", m.name, n, distL2MaxParams)
+	}
 	p, err := m.params(n)
 	if err != nil {
 		return nil, 0, err
 	}
-	if s := p.scale(rg, n); !(s > 0) || math.IsInf(s, 0) {
+	if s := p.sc / m.l2Bound(rg, n); !(s > 0) || math.IsInf(s, 0) {
 		return nil, 0, fmt.Errorf("mech: %s: range radius %v gives scale %v", m.name, rg.Radius, s)
 	}
 	return p, h, nil
@@ -261,11 +297,25 @@ func (m *distDP) Encode(dst []byte, w []float32, rg Range, s Slot) ([]byte, erro
 	// y = s H D x / sqrt(d'), with s x = (p.sc/C) x computed as x/C first.
 	y := make([]float64, dp)
 	f := p.sc / math.Sqrt(float64(dp))
-	inv := 1 / (rg.Radius * math.Sqrt(float64(n)))
-	for i, v := range w {
-		y[i] = centered(float64(v), rg) * inv * f
-		if flipped(p.signs, i) {
-			y[i] = -y[i]
+	inv := 1 / m.l2Bound(rg, n)
+	if m.z > 0 {
+		// The L2 mode: the vector as it is, within the bound, unclipped.
+		x, err := l2Input(m.name, w, rg)
+		if err != nil {
+			return dst, err
+		}
+		for i, v := range x {
+			y[i] = v * inv * f
+			if flipped(p.signs, i) {
+				y[i] = -y[i]
+			}
+		}
+	} else {
+		for i, v := range w {
+			y[i] = centered(float64(v), rg) * inv * f
+			if flipped(p.signs, i) {
+				y[i] = -y[i]
+			}
 		}
 	}
 	fwht(y)
@@ -352,8 +402,7 @@ func (m *distDP) decode(dst []float64, sum []uint64, count int, rg Range, p *dis
 		}
 	}
 	fwht(z) // |entries| <= d' 2^(b-1): exact in int64
-	n := len(dst)
-	mult := rg.Radius * math.Sqrt(float64(n)) / (p.sc * math.Sqrt(float64(p.dp)) * float64(count))
+	mult := m.l2Bound(rg, len(dst)) / (p.sc * math.Sqrt(float64(p.dp)) * float64(count))
 	for i := range dst {
 		v := z[i]
 		if flipped(p.signs, i) {

@@ -133,21 +133,30 @@ func ddgEpsilon(d2, d1, s float64, n, dp int, delta float64) float64 {
 	a, a1 := d2/sig, d1/sig
 	tau := ddgTau(s, n)
 	fd := float64(dp)
-	return rdpEpsilon(func(alpha float64) float64 {
-		t1 := alpha/2*a*a + tau*fd
-		t2 := alpha / 2 * (a*a + 2*a1*tau + tau*tau*fd)
-		x := a + math.Sqrt(fd)*tau
-		t3 := alpha / 2 * x * x
-		return min(t1, t2, t3)
-	}, delta)
+	return rdpEpsilon(func(alpha float64) float64 { return ddgRDP(alpha, a, a1, tau, fd) }, delta)
+}
+
+// ddgRDP is Kairouz et al.'s bound on the Renyi divergence of order alpha
+// of the sum of discrete Gaussians (see distParams), with a = Delta2/sigma,
+// a1 = Delta1/sigma, tau and the dimension fd.
+func ddgRDP(alpha, a, a1, tau, fd float64) float64 {
+	t1 := alpha/2*a*a + tau*fd
+	t2 := alpha / 2 * (a*a + 2*a1*tau + tau*tau*fd)
+	x := a + math.Sqrt(fd)*tau
+	t3 := alpha / 2 * x * x
+	return min(t1, t2, t3)
 }
 
 // skellamEpsilon is the eps of Skellam noise of variance mu against
 // sensitivities d2 (L2) and d1 (L1).
 func skellamEpsilon(d2, d1, mu, delta float64) float64 {
-	return rdpEpsilon(func(alpha float64) float64 {
-		return alpha*d2*d2/(2*mu) + min(((2*alpha-1)*d2*d2+6*d1)/(4*mu*mu), 3*d1/(2*mu))
-	}, delta)
+	return rdpEpsilon(func(alpha float64) float64 { return skellamRDP(alpha, d2, d1, mu) }, delta)
+}
+
+// skellamRDP is Agarwal et al.'s bound on the Renyi divergence of integer
+// order alpha of Skellam noise of variance mu (see distParams).
+func skellamRDP(alpha, d2, d1, mu float64) float64 {
+	return alpha*d2*d2/(2*mu) + min(((2*alpha-1)*d2*d2+6*d1)/(4*mu*mu), 3*d1/(2*mu))
 }
 
 // distScaleC is sc = s C from the heuristic (see distParams).

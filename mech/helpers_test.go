@@ -115,3 +115,33 @@ func within(t *testing.T, what string, got, want, tol float64) {
 
 // cellser is implemented by the paired mechanisms: their shared cells.
 type cellser interface{ cells() cells }
+
+// l2Fit rescales w, for an L2 mechanism (the ddgauss and skellam L2 modes,
+// pbm), so that w - rg.Center has L2 norm frac*rg.Radius (the vector the
+// round engine would pass); other mechanisms' w is left as it is.
+func l2Fit(m Mechanism, w []float32, rg Range, frac float64) {
+	if _, ok := m.(L2); !ok {
+		return
+	}
+	var s float64
+	for _, v := range w {
+		s += (float64(v) - rg.Center) * (float64(v) - rg.Center)
+	}
+	f := frac * rg.Radius / math.Sqrt(s)
+	if s == 0 {
+		f = 0
+	}
+	for i, v := range w {
+		w[i] = float32(rg.Center + (float64(v)-rg.Center)*f)
+	}
+}
+
+// testConfig is DefaultConfig with, for the mechanisms that need more
+// (pbm), settings that make New work.
+func testConfig(name string) Config {
+	c := DefaultConfig()
+	if info, ok := Lookup(name); ok && info.L2 {
+		c.Noise, c.Clients = 1, 100
+	}
+	return c
+}

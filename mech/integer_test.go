@@ -18,7 +18,7 @@ type intCase struct {
 }
 
 func (ic intCase) String() string {
-	return fmt.Sprintf("%s(eps=%g d=%d px=%g R=%d L=%d b=%d n=%d)", ic.name, ic.c.Epsilon, ic.c.SharedBits, ic.c.Px, ic.c.Rate, ic.c.Lattice, ic.c.ModBits, ic.c.Clients)
+	return fmt.Sprintf("%s(eps=%g d=%d px=%g R=%d L=%d b=%d n=%d z=%g m=%d)", ic.name, ic.c.Epsilon, ic.c.SharedBits, ic.c.Px, ic.c.Rate, ic.c.Lattice, ic.c.ModBits, ic.c.Clients, ic.c.Noise, ic.c.Trials)
 }
 
 // intCases covers every Integer mechanism at settings that change its
@@ -53,6 +53,8 @@ func intCases() []intCase {
 		c("ddgauss", func(c *Config) { c.Clients, c.ModBits, c.Epsilon = 100, 12, 4 }),
 		c("skellam", func(c *Config) { c.Clients = 100 }),
 		c("skellam", func(c *Config) { c.Clients, c.ModBits, c.Epsilon = 100, 12, 4 }),
+		c("ddgauss", func(c *Config) { c.Clients, c.Noise = 100, 0.8 }),
+		c("skellam", func(c *Config) { c.Clients, c.ModBits, c.Noise = 100, 12, 1.3 }),
 	}
 }
 
@@ -137,6 +139,7 @@ func TestDecodeSumMatchesSum(t *testing.T) {
 						for i := range w {
 							w[i] = float32(rg.Center + rg.Radius*(2.4*in.Float64()-1.2))
 						}
+						l2Fit(m, w, rg, 0.9)
 						p, err := m.Encode(nil, w, rg, enc[c])
 						if err != nil {
 							t.Fatalf("%s: %v", what, err)
@@ -373,6 +376,12 @@ func mustNew(t testing.TB, name string, c Config) Mechanism {
 // lattices) on the hexagonal lattice, is Integer iff integerNames lists
 // it; the others' error names them and the mechanisms that are.
 func TestIntegerOf(t *testing.T) {
+	for _, name := range L2Names() {
+		m := mustNew(t, name, testConfig(name))
+		if _, err := IntegerOf(m); (err == nil) != slices.Contains(integerNames, name) {
+			t.Errorf("%s: IntegerOf: %v; integerNames lists it: %v", name, err, slices.Contains(integerNames, name))
+		}
+	}
 	for _, name := range Names() {
 		listed := slices.Contains(integerNames, name)
 		cfgs := []Config{DefaultConfig()}
@@ -415,7 +424,9 @@ func FuzzIntegerUnpack(f *testing.F) {
 		m := mustNew(f, ic.name, ic.c)
 		ms = append(ms, m)
 		for _, n := range []int{1, 3, 8} {
-			p, err := m.Encode(nil, constVec(n, 0.5), rg, Slot{Private: stream("fuzz-p"), Shared: stream("fuzz-s"), Role: Follower, Size: 1})
+			w := constVec(n, 0.5)
+			l2Fit(m, w, rg, 0.9)
+			p, err := m.Encode(nil, w, rg, Slot{Private: stream("fuzz-p"), Shared: stream("fuzz-s"), Role: Follower, Size: 1})
 			if err != nil {
 				f.Fatal(err)
 			}

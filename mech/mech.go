@@ -177,8 +177,8 @@ type PairVariancer interface {
 
 // Config holds every mechanism's settings; each reads the ones it needs.
 type Config struct {
-	Epsilon    float64 // privacy budget per parameter per round (PLDP); ddgauss, skellam: central, per tensor per round
-	Delta      float64 // gaussian, ddgauss, skellam: the delta of (eps, delta)-DP
+	Epsilon    float64 // privacy budget per parameter per round (PLDP); ddgauss, skellam: central, per tensor per round (not read in their L2 mode)
+	Delta      float64 // gaussian, ddgauss, skellam: the delta of (eps, delta)-DP (not read in the L2 mode)
 	SharedBits int     // corbin, augcorbin, coq: shared random bits per parameter (d)
 	Gamma      float64 // augcorbin: fraction of clients that quantize alone
 	Px         float64 // coq: bias of each shared coin
@@ -191,12 +191,24 @@ type Config struct {
 	// is sent, and summed, modulo 2^b (0 means 16; TFF runs them at 12
 	// to 20 bits).
 	ModBits int
-	// Clients is the number n of clients whose sum ddgauss and skellam
-	// calibrate for: each adds 1/n of the central noise, and the modular
-	// range is sized for n. The round engine must set it to the round's
-	// number of clients; 0 means 1, where every client adds the whole
-	// noise (private at any count, n times the variance).
+	// Clients is the number n of clients whose sum ddgauss, skellam and
+	// pbm calibrate for: each adds 1/n of the central noise, and the
+	// modular range (ddgauss, skellam) or the trial bias (pbm) is sized
+	// for n. The round engine must set it to the round's number of
+	// clients; 0 means 1, where every client adds the whole noise
+	// (private at any count, n times the variance).
 	Clients int
+	// Noise is the noise multiplier z of DP-FedAvg (McMahan et al. 2018)
+	// for the L2 mechanisms (see L2): one round's sum of Clients clients
+	// carries noise of standard deviation z C per parameter, C the L2
+	// bound (Range.Radius), the same z for every L2 mechanism, so that
+	// they compare at equal z. ddgauss and skellam switch to their L2
+	// mode when it is positive (0 keeps their per-round eps calibration);
+	// pbm needs it positive.
+	Noise float64
+	// Trials is pbm's number m of binomial trials per coordinate and
+	// client (0 means 1): its field holds the sum Clients*Trials.
+	Trials int
 }
 
 // DefaultConfig returns the settings the papers use where they state them.
@@ -255,7 +267,12 @@ type Info struct {
 	// Unclipped is true when the mechanism sends inputs outside the range
 	// as they are (none); every other mechanism clips them.
 	Unclipped bool
-	New       func(Config) (Mechanism, error)
+	// L2 is true for the mechanisms that take only a client's whole
+	// update as one vector clipped in L2 norm (pbm): Names leaves them
+	// out, L2Names lists them. (ddgauss and skellam take either, by
+	// Config.Noise, and are in Names.)
+	L2  bool
+	New func(Config) (Mechanism, error)
 }
 
 var registry = map[string]Info{}
@@ -276,7 +293,7 @@ var ErrUnknown = errors.New("mech: unknown mechanism")
 func New(name string, c Config) (Mechanism, error) {
 	info, ok := registry[name]
 	if !ok {
-		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknown, name, Names())
+		return nil, fmt.Errorf("%w %q (known: %v, and for one L2-clipped vector: %v)", ErrUnknown, name, Names(), L2Names())
 	}
 	return info.New(c)
 }
@@ -287,14 +304,23 @@ func Lookup(name string) (Info, bool) {
 	return info, ok
 }
 
-// Names lists the registered mechanisms in a stable order.
-func Names() []string {
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
+// Names lists the registered mechanisms that work per tensor on a
+// per-parameter Range, in a stable order; L2Names lists the others.
+func Names() []string { return names(false) }
+
+// L2Names lists the registered mechanisms that take only one L2-clipped
+// vector (Info.L2), in a stable order.
+func L2Names() []string { return names(true) }
+
+func names(l2 bool) []string {
+	out := make([]string, 0, len(registry))
+	for n, info := range registry {
+		if info.L2 == l2 {
+			out = append(out, n)
+		}
 	}
-	sort.Strings(names)
-	return names
+	sort.Strings(out)
+	return out
 }
 
 // checkInput reports the first NaN or Inf in w: such an update is a bug or

@@ -82,9 +82,13 @@ func composeSecureSum(eps0 float64, n, k int, delta float64, lower bool) (up, do
 	_, sd := blanketLossMoments(eps0, n)
 	kf := float64(k)
 	h := max(1e-3*eps1/math.Sqrt(kf), 24*math.Sqrt(kf)*sd/(1<<20))
-	epsOf := func(roundUp bool) float64 {
-		one := blanketPLD(eps0, n, h, tail1, roundUp)
-		p := one.power(k, tail, roundUp)
+	epsOf := func(up bool) float64 {
+		r := roundDown
+		if up {
+			r = roundUp
+		}
+		one := blanketPLD(eps0, n, h, tail1, r)
+		p := one.power(k, tail, up)
 		if p.inf > delta {
 			return local
 		}
@@ -165,13 +169,23 @@ func forLoss(m int, qlo, qhi float64, fn func(s int, l, p float64)) (below, abov
 	return below, above
 }
 
+// rounding is how blanketPLD puts a loss on its grid.
+type rounding int
+
+const (
+	roundDown  rounding = iota // to the grid point below: a lower bound
+	roundUp                    // to the grid point above: an upper bound
+	roundSplit                 // split between the two keeping Q's mass (sampled.go's split): an upper bound that is again a pair
+)
+
 // blanketPLD is the loss distribution of SecureSumBlanket's blanket pair,
 // (M, Bernoulli(qhi) + Binomial(M, 1/2)) against Bernoulli(qlo), each
-// loss rounded up (down) to the grid of step h. Rounded up, the mass left
+// loss put on the grid of step h by r. Rounded up or split, the mass left
 // out is put at +Inf (above) or at the lowest loss (below); rounded down it
 // is dropped. M is walked as in blanketSum, in runs that take the run's
 // lowest m.
-func blanketPLD(eps0 float64, n int, h, tail float64, up bool) pld {
+func blanketPLD(eps0 float64, n int, h, tail float64, r rounding) pld {
+	up := r != roundDown
 	qlo, qhi := rrProbs(eps0)
 	// mass[i] is at grid index off+i; it grows to the losses met, with
 	// slack at the front so that growing there stays cheap.
@@ -201,6 +215,14 @@ func blanketPLD(eps0 float64, n int, h, tail float64, up bool) pld {
 	addM := func(m int, w float64) {
 		lowest := math.MaxInt
 		below, above := forLoss(m, qlo, qhi, func(_ int, l, p float64) {
+			if r == roundSplit {
+				i := int(math.Floor(l / h))
+				a, b := split(w*p, w*p*math.Exp(-l), float64(i)*h, h)
+				lowest = min(lowest, i)
+				put(i, a)
+				put(i+1, b)
+				return
+			}
 			i := idx(l)
 			lowest = min(lowest, i)
 			put(i, w*p)
