@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,6 +113,9 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	if err != nil {
 		rec.Fail(err)
 	}
+	if errors.Is(err, fl.ErrBudget) {
+		err = nil // the run ends where its budget does, as it was told to
+	}
 	rec.SetTrainerCost(su.TrainerCost())
 	s, cerr := rec.Close()
 	if err == nil {
@@ -189,6 +193,16 @@ func (c Config) build(su *Setup, shape []int, classes int) (*Setup, error) {
 	}
 	su.Config, su.Engine, su.Model, su.Optimizer = c, ec, m, opt
 	if err := su.startTrainers(); err != nil {
+		return nil, err
+	}
+	// DP-FedAvg's noise, calibrated here so that the server and every
+	// client build the same mechanism from the same configuration.
+	params := 0
+	for _, t := range su.Arch().Tensors() {
+		params += t.Size()
+	}
+	if err := su.Engine.PrepareDP(c.Clients, params); err != nil {
+		su.Close()
 		return nil, err
 	}
 	return su, nil

@@ -101,8 +101,9 @@ func (c *Config) Input() string {
 	return c.Perturb
 }
 
-// validateDP checks DP-FedAvg's settings and what they exclude.
-func (c *Config) validateDP(m mech.Mechanism) error {
+// validateDPSettings checks DP-FedAvg's numbers, before the noise is
+// calibrated from them.
+func (c *Config) validateDPSettings() error {
 	d := c.DP
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
 	switch {
@@ -116,10 +117,20 @@ func (c *Config) validateDP(m mech.Mechanism) error {
 		return fmt.Errorf("fl: user-level delta %v must be in (0, 1)", d.Delta)
 	case !d.on() && (d.Noise > 0 || d.TargetEpsilon > 0):
 		return errors.New("fl: a noise multiplier or target epsilon needs clip, DP-FedAvg's L2 bound of a client's update")
+	case !(d.Quantile >= 0 && d.Quantile < 1):
+		return fmt.Errorf("fl: clip quantile %v must be in (0, 1) (0: a fixed clip)", d.Quantile)
+	case bad(d.QuantileNoise):
+		return fmt.Errorf("fl: clip quantile noise %v must be finite and at least 0", d.QuantileNoise)
+	}
+	return nil
+}
+
+// validateDP checks what DP-FedAvg excludes.
+func (c *Config) validateDP(m mech.Mechanism) error {
+	d := c.DP
+	switch {
 	case !d.on():
 		return nil
-	case d.Noise > 0 && d.TargetEpsilon > 0:
-		return fmt.Errorf("fl: noise multiplier %v and target epsilon %v: set one, the other follows", d.Noise, d.TargetEpsilon)
 	case c.Perturb != "updates":
 		return fmt.Errorf("fl: clip bounds a client's update: DP-FedAvg needs perturb: updates, not %s", c.Perturb)
 	case c.Weighting != "mean":
@@ -130,25 +141,18 @@ func (c *Config) validateDP(m mech.Mechanism) error {
 		return errors.New("fl: DP-FedAvg adds its noise to the sum: it does not run under the shuffler")
 	case c.Byzantine.Kind == Constant || c.Byzantine.Kind == Extreme:
 		return fmt.Errorf("fl: byzantine %s is defined per tensor and range, not for DP-FedAvg's clipped updates", c.Byzantine.Kind)
-	case !(d.Quantile >= 0 && d.Quantile < 1):
-		return fmt.Errorf("fl: clip quantile %v must be in (0, 1) (0: a fixed clip)", d.Quantile)
-	case bad(d.QuantileNoise):
-		return fmt.Errorf("fl: clip quantile noise %v must be finite and at least 0", d.QuantileNoise)
 	case d.Quantile > 0 && m.Name() != "none":
 		return fmt.Errorf("fl: an adaptive clip counts the clipped updates in the clear: it runs with mechanism none (central noise), not %s", m.Name())
 	case c.Range.Kind == "adaptive":
 		return errors.New("fl: DP-FedAvg clips to clip in L2 norm: the adaptive range does not apply")
 	}
-	if _, l2 := m.(l2Mechanism); !l2 && m.Name() != "none" {
+	if _, l2 := m.(mech.L2); !l2 && m.Name() != "none" {
+		if d.Noise == 0 && (m.Name() == "ddgauss" || m.Name() == "skellam") {
+			return fmt.Errorf("fl: DP-FedAvg's %s adds noise at a multiplier: give noise_multiplier or target_epsilon", m.Name())
+		}
 		return fmt.Errorf("fl: DP-FedAvg runs mechanism none (central noise, added by the server) or an L2 mechanism (ddgauss, skellam or pbm with a noise multiplier), not %s", m.Name())
 	}
 	return nil
-}
-
-// l2Mechanism is a mechanism that privatizes a whole clipped vector, with
-// the Renyi DP of one round's sum.
-type l2Mechanism interface {
-	RDP(alpha float64, n int) float64
 }
 
 // clipUpdate writes into dst (length the model's size) the update local -

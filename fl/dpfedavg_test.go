@@ -1,11 +1,15 @@
 package fl
 
 import (
+	"context"
+	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/report"
 )
 
 func dpConfig() Config {
@@ -180,7 +184,6 @@ func TestDPConfigErrors(t *testing.T) {
 		{func(c *Config) { c.DP.Clip = math.NaN() }, "clip NaN"},
 		{func(c *Config) { c.DP.Clip = -1 }, "clip -1"},
 		{func(c *Config) { c.DP.Noise = -1 }, "noise multiplier -1"},
-		{func(c *Config) { c.DP.Noise, c.DP.TargetEpsilon = 1, 3 }, "set one"},
 		{func(c *Config) { c.DP.Clip, c.DP.Noise = 0, 1 }, "needs clip"},
 		{func(c *Config) { c.DP.Delta = 1 }, "delta 1"},
 		{func(c *Config) { c.Perturb = "weights" }, "perturb: updates"},
@@ -195,6 +198,114 @@ func TestDPConfigErrors(t *testing.T) {
 		tc.change(&cfg)
 		if _, err := New(cfg, task); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error with %q", err, tc.want)
+		}
+	}
+}
+
+// TestTargetEpsilon: a run told a target epsilon gets the smallest noise
+// multiplier that meets it: its ledger's user-level eps against whoever
+// gets the models is at most the target and within 1% of it, composed by
+// PLD over every round with Poisson sampling; a target the settings
+// cannot meet is refused, naming the target.
+func TestTargetEpsilon(t *testing.T) {
+	cfg := dpConfig()
+	cfg.Rounds, cfg.ClientsPerRound, cfg.Sampling = 30, 5, "poisson"
+	cfg.DP = DPFedAvg{Clip: 1, TargetEpsilon: 2, Delta: 1e-5}
+	e, rounds := run(t, cfg, fakeTask(50, 3, func(int) int { return 1 }))
+	u := rounds[len(rounds)-1].Privacy.User
+	if u == nil || u.Model == nil {
+		t.Fatalf("no user-level guarantee: %+v", u)
+	}
+	if u.Model.Eps > 2 || u.Model.Eps < 1.98 || u.Model.Delta != 1e-5 {
+		t.Errorf("user-level eps %v at delta %v, want at most 2, within 1%%", u.Model.Eps, u.Model.Delta)
+	}
+	if !strings.Contains(u.Amplification, "Poisson sampling at rate 0.1") || !strings.Contains(u.Accountant, "30 x poisson") {
+		t.Errorf("amplification %q, accountant %q", u.Amplification, u.Accountant)
+	}
+	if e.cfg.DP.Noise <= 0 || u.Server != nil {
+		t.Errorf("noise multiplier %v; server %v (central: none)", e.cfg.DP.Noise, u.Server)
+	}
+	cfg.DP.TargetEpsilon = 1e-300
+	if _, err := New(cfg, fakeTask(50, 3, func(int) int { return 1 })); err == nil || !strings.Contains(err.Error(), "target epsilon 1e-300") {
+		t.Errorf("an unreachable target: %v", err)
+	}
+}
+
+// TestBudgetStops: with a noise multiplier and a target both given, the
+// run stops before the round that would spend more than the target, with
+// ErrBudget, and its last ledger is within the target.
+func TestBudgetStops(t *testing.T) {
+	cfg := dpConfig()
+	cfg.Rounds = 50
+	cfg.DP = DPFedAvg{Clip: 1, Noise: 2, TargetEpsilon: 3}
+	e, err := New(cfg, fakeTask(10, 3, func(int) int { return 1 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last float64
+	err = e.Run(context.Background(), func(r report.Round) error { last = r.Privacy.User.Model.Eps; return nil })
+	if !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "past its target 3") {
+		t.Fatalf("got %v, want the budget refusal", err)
+	}
+	// Every client in every round at z = 2: mu-GDP with mu = sqrt(k)/2,
+	// eps(delta 1e-5) = 3 at k between 2 and 3.
+	if e.Done() < 1 || e.Done() >= 50 || last > 3 {
+		t.Errorf("stopped after %d rounds at eps %v", e.Done(), last)
+	}
+}
+
+// TestUserLevelResume: a run restored from its checkpoint states the same
+// user-level guarantee, to the bit, as the run that went on.
+func TestUserLevelResume(t *testing.T) {
+	cfg := dpConfig()
+	cfg.Rounds, cfg.ClientsPerRound, cfg.Sampling = 6, 4, "poisson"
+	cfg.DP = DPFedAvg{Clip: 0.5, Noise: 1.5, Quantile: 0.5, QuantileNoise: 2}
+	task := fakeTask(12, 3, func(int) int { return 1 })
+	whole, rounds := run(t, cfg, task)
+	half := cfg
+	half.Rounds = 3
+	first, _ := run(t, half, task)
+	resumed, err := New(cfg, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resumed.Restore(first.State()); err != nil {
+		t.Fatal(err)
+	}
+	var last report.Round
+	if err := resumed.Run(context.Background(), func(r report.Round) error { last = r; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := rounds[len(rounds)-1]
+	if !reflect.DeepEqual(last.Privacy.User, want.Privacy.User) || resumed.clip != whole.clip {
+		t.Errorf("resumed: %+v, clip %v; want %+v, clip %v", last.Privacy.User, resumed.clip, want.Privacy.User, whole.clip)
+	}
+}
+
+// TestUserLevelServer: under secure aggregation an L2 mechanism's
+// guarantee against the server composes the rounds the most-sampled
+// client took part in, without amplification, so it is at least the
+// amplified one against whoever gets the models; without secure
+// aggregation there is none against the server.
+func TestUserLevelServer(t *testing.T) {
+	cfg := dpConfig()
+	cfg.Mechanism, cfg.Rounds, cfg.ClientsPerRound, cfg.Sampling = "ddgauss", 4, 8, "poisson"
+	cfg.Mech.ModBits = 16
+	cfg.DP = DPFedAvg{Clip: 1, Noise: 1}
+	task := fakeTask(16, 4, func(int) int { return 1 })
+	for _, secure := range []bool{true, false} {
+		cfg.SecureAggregation = secure
+		_, rounds := run(t, cfg, task)
+		u := rounds[len(rounds)-1].Privacy.User
+		switch {
+		case u == nil || u.Model == nil:
+			t.Fatalf("secure %v: no guarantee: %+v", secure, u)
+		case secure && (u.Server == nil || u.Server.Eps < u.Model.Eps):
+			t.Errorf("secure: server %v, model %v", u.Server, u.Model)
+		case !secure && (u.Server != nil || !strings.Contains(u.Note, "secure aggregation")):
+			t.Errorf("not secure: server %v, note %q", u.Server, u.Note)
+		case !strings.Contains(u.Relation, "zero-out"):
+			t.Errorf("relation %q", u.Relation)
 		}
 	}
 }

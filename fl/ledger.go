@@ -26,7 +26,7 @@ func (e *Engine) account(r *report.Round, p *Plan) error {
 			}
 		}
 		r.Privacy = l
-	} else if _, modular := e.m.(mech.Modular); modular && e.cfg.SecureAggregation {
+	} else if _, modular := e.m.(mech.Modular); modular && e.cfg.SecureAggregation && !e.cfg.DP.on() {
 		// ddgauss and skellam: no guarantee from one message, a central
 		// one from the secure sum.
 		l := &privacy.Ledger{Rounds: e.most(), Parameters: e.params, Delta: e.cfg.LedgerDelta}
@@ -34,6 +34,16 @@ func (e *Engine) account(r *report.Round, p *Plan) error {
 			return err
 		}
 		r.Privacy = l
+	}
+	if e.cfg.DP.on() {
+		u, err := e.userLevel()
+		if err != nil {
+			return err
+		}
+		if r.Privacy == nil {
+			r.Privacy = &privacy.Ledger{Rounds: e.most(), Parameters: e.params, Delta: e.cfg.DP.delta()}
+		}
+		r.Privacy.User = u
 	}
 	return nil
 }

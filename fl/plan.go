@@ -21,6 +21,7 @@ type Plan struct {
 	agg     roundSum
 	got     []bool // positions whose upload was added
 	loss    float64
+	online  int // the clients the round was drawn from
 }
 
 // MaxLoss is the largest training loss an upload may report: the trainer

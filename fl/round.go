@@ -96,6 +96,9 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 			return nil, fmt.Errorf("fl: client %d is not enrolled", k)
 		}
 	}
+	if err := e.budget(t, len(online)); err != nil {
+		return nil, err
+	}
 	sel := e.sample(t, online)
 	ranges, err := e.ranges()
 	if err != nil {
@@ -118,7 +121,7 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 	}
 	return &Plan{
 		T: t, Clients: sel, Ranges: ranges, Global: e.global, Pairing: pairing,
-		agg: agg, got: make([]bool, len(sel)),
+		agg: agg, got: make([]bool, len(sel)), online: len(online),
 	}, nil
 }
 
@@ -323,6 +326,11 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 	for pos, ok := range p.got {
 		if ok {
 			e.joined[p.Clients[pos]]++
+		}
+	}
+	if e.cfg.DP.on() && e.cfg.DP.Noise > 0 {
+		if err := e.accountRound(p, received); err != nil {
+			return r, err
 		}
 	}
 	r.SetupBytes = int64(p.Pairing.Pairs() * SetupBytes(e.m, e.params, e.cfg.Transfer))

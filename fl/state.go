@@ -4,12 +4,15 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/gob"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/fedpq/fedpq/privacy"
 )
 
 // State is all the engine carries from one round to the next. Every other
@@ -33,8 +36,11 @@ type State struct {
 	// server that sees only sums.
 	MinSum, MinAlone int
 	// Clip is DP-FedAvg's clip for the next round, which an adaptive clip
-	// moves.
-	Clip float64
+	// moves; Accountant its accountant's state (privacy.Accountant's
+	// JSON), and Short the rounds that summed too few clients' noise.
+	Clip       float64
+	Accountant []byte
+	Short      []int
 }
 
 // State returns the engine's state after its last completed round.
@@ -42,7 +48,7 @@ func (e *Engine) State() State {
 	return State{
 		Round: e.done, Global: e.global, PrevUpd: e.prevUpd, Radii: e.radii, Best: e.best,
 		BestAcc: e.bestAcc, Since: e.since, Moments: e.moments, Joined: e.joined, Seconds: e.elapsed(),
-		MinSum: e.minSum, MinAlone: e.minAlone, Clip: e.clip,
+		MinSum: e.minSum, MinAlone: e.minAlone, Clip: e.clip, Accountant: e.acctState(), Short: e.short,
 	}
 }
 
@@ -103,10 +109,27 @@ func (e *Engine) Restore(s State) error {
 	e.bestAcc, e.since, e.joined, e.before = s.BestAcc, s.Since, s.Joined, time.Duration(s.Seconds*float64(time.Second))
 	e.minSum, e.minAlone = s.MinSum, s.MinAlone
 	if e.cfg.DP.on() {
-		e.clip = s.Clip
+		acct := privacy.NewAccountant(privacy.Auto)
+		if err := json.Unmarshal(s.Accountant, acct); err != nil {
+			return fmt.Errorf("fl: checkpoint's privacy accountant: %w", err)
+		}
+		e.clip, e.acct, e.short = s.Clip, acct, s.Short
 	}
 	e.start = time.Now()
 	return nil
+}
+
+// acctState is the accountant's state as a State keeps it; nil without
+// DP-FedAvg.
+func (e *Engine) acctState() []byte {
+	if e.acct == nil {
+		return nil
+	}
+	b, err := json.Marshal(e.acct)
+	if err != nil {
+		panic("fl: saving the accountant: " + err.Error()) // its events are checked when composed
+	}
+	return b
 }
 
 // finite reports a State that is not finite: a model, update or best model

@@ -12,6 +12,7 @@ import (
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
+	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 	"github.com/fedpq/fedpq/robust"
 )
@@ -157,6 +158,11 @@ type Engine struct {
 	before           time.Duration // wall time of the run before it was restored
 	byz              []bool        // the clients that attack (byzantine.go); nil: none
 	encode           encoder       // honest, or wrapped by the attackers
+	// DP-FedAvg: the accountant of the rounds for whoever gets the
+	// models, and the rounds that summed fewer honest clients' noise than
+	// the mechanism is sized for.
+	acct  *privacy.Accountant
+	short []int
 }
 
 // elapsed is the run's wall time so far, across restarts.
@@ -181,6 +187,16 @@ func New(cfg Config, task Task) (*Engine, error) {
 			return nil, fmt.Errorf("fl: client %d has no examples", k)
 		}
 		examples[k] = cfg.weight(len(idx))
+	}
+	if err := cfg.validateDPSettings(); err != nil {
+		return nil, err
+	}
+	params := 0
+	for _, s := range task.Model.Tensors() {
+		params += size(s.Shape)
+	}
+	if err := cfg.PrepareDP(n, params); err != nil {
+		return nil, err
 	}
 	m, err := mech.New(cfg.Mechanism, cfg.Mech)
 	if err != nil {
@@ -260,6 +276,7 @@ func New(cfg Config, task Task) (*Engine, error) {
 		if _, err := e.updateNoise(); err != nil {
 			return nil, err
 		}
+		e.acct = privacy.NewAccountant(privacy.Auto)
 	}
 	return e, nil
 }

@@ -110,6 +110,9 @@ type Ledger struct {
 	// message (secure aggregation, a shuffler), and how Server was
 	// computed; empty when it saw every message.
 	ServerView string `json:"server_view,omitempty"`
+	// User is the client's guarantee for the whole run, user-level: one
+	// (eps, delta) for everything it sent, by observer.
+	User *UserLevel `json:"user,omitempty"`
 }
 
 // Budget is a mechanism's privacy parameters as run: its name in package

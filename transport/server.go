@@ -438,6 +438,10 @@ func (s *Server) run(ctx context.Context) error {
 			return err
 		}
 		r, took, err := s.runRound(ctx, online, begun)
+		if errors.Is(err, fl.ErrBudget) {
+			s.log.Printf("run stopped: %v", err)
+			return nil
+		}
 		if err != nil {
 			return err
 		}

@@ -198,6 +198,9 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	if in := s.Initial; in != nil {
 		fmt.Fprintf(stdout, "  started from %s (sha256 %.16s): accuracy %.4f before round 1\n", in.File, in.SHA256, in.Accuracy)
 	}
+	if s.Error != "" {
+		fmt.Fprintf(stdout, "  %s\n", s.Error)
+	}
 	fmt.Fprintf(stdout, "  final accuracy %.4f, best %.4f (round %d)\n", s.FinalAccuracy, s.BestAccuracy, s.BestRound)
 	fmt.Fprintf(stdout, "  uplink %.4g bits/param per client, %.4g MB in all", s.UplinkBitsPerParam, float64(s.UplinkBitsTotal)/8e6)
 	if s.SetupBytesTotal > 0 {
@@ -221,6 +224,24 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	}
 	fmt.Fprintf(stdout, "  %.1f s; results in %s\n", s.Seconds, c.Dir())
 	return nil
+}
+
+// printUserLevel prints the run's user-level guarantee, a line per
+// observer.
+func printUserLevel(stdout io.Writer, u *privacy.UserLevel, delta float64) {
+	fmt.Fprintf(stdout, "  user-level privacy, one client's whole contribution (%s; at delta %g; docs/privacy.md#user-level-privacy-for-the-whole-run):\n", u.Relation, delta)
+	at := func(b *privacy.Bound) string {
+		if b == nil {
+			return "none"
+		}
+		return fmt.Sprintf("eps %.4g", b.Eps)
+	}
+	fmt.Fprintf(stdout, "    against whoever gets the models: %s (amplification: %s; %s)\n", at(u.Model), u.Amplification, u.Accountant)
+	fmt.Fprintf(stdout, "    against the server: %s, over the %d rounds of the most-sampled client\n", at(u.Server), u.Rounds)
+	fmt.Fprintf(stdout, "    against an eavesdropper on its uplink: %s\n", at(u.Eavesdropper))
+	if u.Note != "" {
+		fmt.Fprintf(stdout, "    (%s)\n", u.Note)
+	}
 }
 
 // printTrainerCost prints where an external trainer's time went.
@@ -428,6 +449,12 @@ func runProgress(c experiment.Config, w io.Writer, quiet bool) (func(report.Roun
 // advanced composition of (eps, delta) bounds), as in summary.json, where
 // every entry carries its delta.
 func printLedger(stdout io.Writer, l *privacy.Ledger) {
+	if u := l.User; u != nil {
+		printUserLevel(stdout, u, l.Delta)
+		if l.Eavesdropper == nil && l.Server == nil && l.Partner == nil {
+			return // DP-FedAvg: no per-parameter guarantee to list
+		}
+	}
 	fmt.Fprintf(stdout, "  privacy of the most-sampled client (%d rounds, %d parameters; at delta %g unless a number says otherwise):\n", l.Rounds, l.Parameters, l.Delta)
 	// at is a bound as printed: its eps, what it is, and its delta where
 	// that is larger than the ledger's; "none" where no bound of the kind

@@ -1,0 +1,242 @@
+package fl
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/fedpq/fedpq/mech"
+	"github.com/fedpq/fedpq/privacy"
+)
+
+// This file keeps the user-level ledger of a DP-FedAvg run
+// (privacy.UserLevel): an accountant (privacy.Accountant) that composes
+// each round's event for whoever gets the models, sampled as the round
+// was; the server's guarantee from the rounds the most-used client took
+// part in; the noise calibrated for a target epsilon; and the budget a
+// run stops at.
+
+// ErrBudget is wrapped by the error that refuses a round past the run's
+// user-level budget (DPFedAvg.TargetEpsilon).
+var ErrBudget = errors.New("the user-level privacy budget is spent")
+
+// roundEvent is what one DP-FedAvg round does with one client's data
+// before any sampling, for the add/remove (or zero-out) relation: the
+// Gaussian mechanism at the updates' and the count's joint multiplier
+// (central; Andrew et al.'s Theorem 1 makes the pair one Gaussian at
+// Noise), or the L2 mechanism's Rényi curve for a vector of the model's
+// size.
+func roundEvent(m mech.Mechanism, z float64, params int) (privacy.Event, error) {
+	l2, ok := m.(mech.L2)
+	if !ok {
+		return privacy.Gaussian{Z: z}, nil
+	}
+	if _, err := l2.RDP(2, params); err != nil {
+		return nil, err
+	}
+	return privacy.RDPCurve{Name: m.Name(), Eps: func(a float64) float64 {
+		e, err := l2.RDP(a, params)
+		if err != nil {
+			return math.Inf(1)
+		}
+		return e
+	}}, nil
+}
+
+// sampled is ev on a round drawn from online clients by the run's
+// sampling, as the accountant takes it, and what it amplifies by: Poisson
+// sampling at the run's rate, or fixed-size sampling of k of the online
+// clients (replace-one: the central Gaussian's sensitivity doubles); ev
+// itself where every client online takes part, or where the mechanism
+// states no replace-one curve.
+func (e *Engine) sampled(ev privacy.Event, online int) (privacy.Event, string) {
+	q := e.rate()
+	k := e.cfg.ClientsPerRound
+	switch {
+	case e.cfg.Sampling == "poisson" && q < 1:
+		return privacy.PoissonSampled{Rate: q, Event: ev}, fmt.Sprintf("Poisson sampling at rate %.4g, the server's secret draw", q)
+	case k > 0 && k < online:
+		g, ok := ev.(privacy.Gaussian)
+		if !ok {
+			return ev, fmt.Sprintf("none: %s states its curve for add/remove only, and fixed-size sampling's relation is replace-one (use sampling: poisson)", e.m.Name())
+		}
+		return privacy.FixedSampled{M: k, N: online, Event: privacy.Gaussian{Z: g.Z / 2}},
+			fmt.Sprintf("fixed-size sampling, %d of %d clients, the server's secret draw", k, online)
+	}
+	return ev, "none: every client online takes part in every round"
+}
+
+// PrepareDP completes a DP-FedAvg configuration for a run of n clients
+// and a model of d parameters, as every party must see it: the noise
+// multiplier calibrated for TargetEpsilon when none is given (the smallest
+// z whose whole run meets the target at the user-level delta against
+// whoever gets the models, with the sampling the run expects and every
+// client online), and the mechanism's settings: Mech.Noise, and for the
+// L2 mechanisms Mech.Clients, the fewest honest clients whose noise a
+// round is sized for (noiseClients). The server and each client call it
+// on the same configuration and get the same result; New calls it too.
+func (c *Config) PrepareDP(n, d int) error {
+	if !c.DP.on() {
+		return nil
+	}
+	if c.DP.TargetEpsilon > 0 && c.DP.Noise == 0 {
+		z, err := privacy.NoiseMultiplier(c.DP.TargetEpsilon, c.DP.delta(), func(z float64) privacy.Event {
+			ev, err := c.runEvent(n, d, z)
+			if err != nil {
+				return privacy.Gaussian{Z: 0} // refused by the accountant
+			}
+			return ev
+		})
+		if err != nil {
+			return fmt.Errorf("fl: target epsilon %v over %d rounds at delta %g: %w", c.DP.TargetEpsilon, c.Rounds, c.DP.delta(), err)
+		}
+		c.DP.Noise = z
+	}
+	if c.DP.Noise > 0 && c.Mechanism != "none" {
+		c.Mech.Noise = c.DP.Noise
+		c.Mech.Clients = c.noiseClients(n)
+	}
+	return nil
+}
+
+// runEvent is the whole run at noise multiplier z, as the accountant
+// expects it before it starts.
+func (c *Config) runEvent(n, d int, z float64) (privacy.Event, error) {
+	mc := c.Mech
+	if c.Mechanism != "none" {
+		mc.Noise, mc.Clients = z, c.noiseClients(n)
+	}
+	m, err := mech.New(c.Mechanism, mc)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := roundEvent(m, z, d)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: *c, m: m, examples: make([]int, n)}
+	ev, _ = e.sampled(ev, n)
+	return privacy.Composed{Event: ev, Count: c.Rounds}, nil
+}
+
+// noiseClients is how many honest clients an L2 mechanism sizes a round's
+// noise for, each adding its share: the round's expected clients, under
+// Poisson sampling less four standard deviations (a round has fewer with
+// probability about 3e-5), less the colluders secure aggregation's graph
+// is sized for. A round with more honest clients has more noise, which
+// only adds privacy; one with fewer is counted as such (accountRound).
+func (c *Config) noiseClients(n int) int {
+	e := float64(n)
+	if k := c.ClientsPerRound; k > 0 && k < n {
+		e = float64(k)
+	}
+	low := e
+	if c.Sampling == "poisson" && e < float64(n) {
+		low = math.Floor(e - 4*math.Sqrt(e))
+	}
+	if c.SecureAggregation {
+		low -= math.Floor(secureCorrupt * e)
+	}
+	return max(int(low), 1)
+}
+
+// accountRound composes round p's event for whoever gets the models into
+// the run's accountant, and notes the round if it summed fewer honest
+// clients' noise than the L2 mechanism is sized for (received uploads, less
+// the colluders secure aggregation allows for).
+func (e *Engine) accountRound(p *Plan, received int) error {
+	if _, l2 := e.m.(mech.L2); l2 && received-e.colluders() < e.cfg.Mech.Clients {
+		e.short = append(e.short, p.T)
+	}
+	ev, err := roundEvent(e.m, e.cfg.DP.Noise, e.params)
+	if err != nil {
+		return err
+	}
+	ev, _ = e.sampled(ev, p.online)
+	return e.acct.Compose(ev)
+}
+
+// budget refuses round t, among online clients, when it would take the
+// run's user-level epsilon against whoever gets the models past
+// TargetEpsilon.
+func (e *Engine) budget(t, online int) error {
+	target := e.cfg.DP.TargetEpsilon
+	if !e.cfg.DP.on() || target == 0 {
+		return nil
+	}
+	next := privacy.NewAccountant(privacy.Auto)
+	if b, err := json.Marshal(e.acct); err != nil {
+		return err
+	} else if err := json.Unmarshal(b, next); err != nil {
+		return err
+	}
+	ev, err := roundEvent(e.m, e.cfg.DP.Noise, e.params)
+	if err != nil {
+		return err
+	}
+	ev, _ = e.sampled(ev, online)
+	if err := next.Compose(ev); err != nil {
+		return err
+	}
+	eps, err := next.Epsilon(e.cfg.DP.delta())
+	if err != nil {
+		return err
+	}
+	if eps > target {
+		return fmt.Errorf("fl: round %d would take the run's user-level epsilon to %.4g at delta %g, past its target %g: %w", t, eps, e.cfg.DP.delta(), target, ErrBudget)
+	}
+	return nil
+}
+
+// userLevel is the run's user-level guarantee so far, for the client that
+// took part in the most rounds.
+func (e *Engine) userLevel() (*privacy.UserLevel, error) {
+	delta := e.cfg.DP.delta()
+	u := &privacy.UserLevel{Rounds: e.most(), Relation: privacy.AddRemove}
+	if _, l2 := e.m.(mech.L2); l2 {
+		u.Relation = "zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
+	}
+	ev, err := roundEvent(e.m, e.cfg.DP.Noise, e.params)
+	if err != nil {
+		return nil, err
+	}
+	_, u.Amplification = e.sampled(ev, len(e.examples))
+	if r := e.acct.Relation(); r == privacy.ReplaceOne {
+		u.Relation = r
+	}
+	if e.cfg.DP.Noise == 0 {
+		u.Note = "no noise: clipped FedAvg guarantees nothing"
+		return u, nil
+	}
+	if len(e.short) > 0 {
+		u.Note = fmt.Sprintf("no guarantee: round %d summed fewer honest clients' noise than the %d the mechanism is sized for (%d such rounds)", e.short[0], e.cfg.Mech.Clients, len(e.short))
+		return u, nil
+	}
+	g, err := e.acct.Guarantee(delta)
+	if err != nil {
+		return nil, err
+	}
+	u.Model = privacy.NewBound(g.Eps, delta)
+	u.Accountant = fmt.Sprintf("%s: %s", g.Method, e.acct)
+	if _, l2 := e.m.(mech.L2); l2 && e.cfg.SecureAggregation {
+		server := privacy.NewAccountant(privacy.Auto)
+		if u.Rounds > 0 {
+			if err := server.Compose(privacy.Composed{Event: ev, Count: u.Rounds}); err != nil {
+				return nil, err
+			}
+		}
+		eps, err := server.Epsilon(delta)
+		if err != nil {
+			return nil, err
+		}
+		u.Server = privacy.NewBound(eps, delta)
+	} else if _, l2 := e.m.(mech.L2); l2 {
+		u.Note = "server: it sees each message, with 1/n of the noise (run under secure aggregation for a guarantee against it)"
+	} else {
+		u.Note = "server: trusted, it sees each clipped update and adds the noise"
+	}
+	u.Note = strings.TrimPrefix(u.Note+"; eavesdropper: a DP-FedAvg message alone carries no guarantee", "; ")
+	return u, nil
+}
