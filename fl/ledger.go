@@ -25,6 +25,7 @@ func (e *Engine) account(r *report.Round, p *Plan) error {
 				return err
 			}
 		}
+		l.User = seedUser(l)
 		r.Privacy = l
 	} else if _, modular := e.m.(mech.Modular); modular && e.cfg.SecureAggregation && !e.cfg.DP.on() {
 		// ddgauss and skellam: no guarantee from one message, a central
@@ -46,6 +47,34 @@ func (e *Engine) account(r *report.Round, p *Plan) error {
 		r.Privacy.User = u
 	}
 	return nil
+}
+
+// seedUser is the user-level entry of a per-parameter LDP mechanism's
+// ledger l: the whole upload composed over the rounds the most-sampled
+// client took part in, against the eavesdropper and the server as l states
+// them (upload_optimal), and against whoever gets the models the smaller
+// of the two, which both bound (the models are computed from what the
+// server sees, and from the client's messages and others' independent of
+// its data). No amplification by sampling is computed for these
+// mechanisms.
+func seedUser(l *privacy.Ledger) *privacy.UserLevel {
+	u := &privacy.UserLevel{Rounds: l.Rounds, Relation: "any change of one client's data (local DP)",
+		Amplification: "none computed for per-parameter mechanisms",
+		Accountant:    "the whole upload over the rounds: optimal composition (Kairouz, Oh and Viswanath), or PLD of the secure sum (docs/privacy.md)"}
+	if l.Eavesdropper != nil {
+		u.Eavesdropper = l.Eavesdropper.UploadOptimal
+	}
+	if l.Server != nil {
+		u.Server = l.Server.UploadOptimal
+	}
+	u.Model = u.Server
+	if e := u.Eavesdropper; e != nil && (u.Model == nil || e.Eps < u.Model.Eps) {
+		u.Model = e
+	}
+	if u.Model == nil {
+		u.Note = "no guarantee in the worst case against the server (docs/privacy.md)"
+	}
+	return u
 }
 
 // most is the number of rounds of the client that took part in the most.
