@@ -29,81 +29,96 @@ import (
 // same for every client, round and server, like distRotation's.
 type blockRotation struct {
 	d      int
-	blocks []int                    // sizes, largest first
-	perm   [rotationStages][]int32  // perm[s][i]: the input coordinate that lands at i
-	signs  [rotationStages][]uint64 // bit i set: coordinate i (after the permutation) flips
-	inv    map[int]float64          // block size -> 1/sqrt(size)
+	blocks []int                     // sizes, largest first
+	perm   [rotationStages][]int32   // perm[s][i]: the coordinate that lands at i
+	mult   [rotationStages][]float64 // the sign of i in round s, times the previous round's normalization of perm[s][i]
+	last   []float64                 // the last round's normalization: 1/sqrt(the size of i's block)
 }
 
 // rotationStages is the number of rounds of blockRotation.
 const rotationStages = 3
 
-// newBlockRotation returns the rotation of R^d (d >= 1).
+// newBlockRotation returns the rotation of R^d (d >= 1). Round s maps x to
+// N H D_s P_s x: P_s the permutation (gathering), D_s the signs, H the
+// unnormalized transform on each block, N its normalization; mult folds
+// each N into the next round's gathering, last is the final N.
 func newBlockRotation(d int) *blockRotation {
-	r := &blockRotation{d: d, inv: map[int]float64{}}
+	r := &blockRotation{d: d, last: make([]float64, d)}
+	off := 0
 	for b := bits.Len(uint(d)) - 1; b >= 0; b-- {
 		if d>>b&1 == 1 {
 			r.blocks = append(r.blocks, 1<<b)
-			r.inv[1<<b] = 1 / math.Sqrt(float64(int(1)<<b))
+			inv := 1 / math.Sqrt(float64(int(1)<<b))
+			for i := off; i < off+1<<b; i++ {
+				r.last[i] = inv
+			}
+			off += 1 << b
 		}
 	}
 	p := make([]int, d)
+	signs := make([]uint64, (d+63)/64)
 	for s := range rotationStages {
 		src := corr.Derive(distRotationKey, "block-rotation", uint64(d), uint64(s))
 		corr.Shuffle(src, p)
+		src.Fill(signs)
 		r.perm[s] = make([]int32, d)
+		r.mult[s] = make([]float64, d)
 		for i, v := range p {
 			r.perm[s][i] = int32(v)
+			r.mult[s][i] = 1
+			if s > 0 {
+				r.mult[s][i] = r.last[v]
+			}
+			if flipped(signs, i) {
+				r.mult[s][i] = -r.mult[s][i]
+			}
 		}
-		r.signs[s] = make([]uint64, (d+63)/64)
-		src.Fill(r.signs[s])
 	}
 	return r
 }
 
 // apply replaces x (length d) by R x; tmp is scratch of length d.
 func (r *blockRotation) apply(x, tmp []float64) {
+	a, b := x, tmp
 	for s := range rotationStages {
+		m := r.mult[s]
 		for i, j := range r.perm[s] {
-			v := x[j]
-			if flipped(r.signs[s], i) {
-				v = -v
-			}
-			tmp[i] = v
+			b[i] = a[j] * m[i]
 		}
-		r.hadamard(tmp)
-		copy(x, tmp)
+		r.hadamard(b)
+		a, b = b, a
+	}
+	for i, f := range r.last {
+		x[i] = a[i] * f
 	}
 }
 
 // invert replaces x (length d) by R^T x, the inverse of apply up to
 // rounding; tmp is scratch of length d.
 func (r *blockRotation) invert(x, tmp []float64) {
+	for i, f := range r.last {
+		tmp[i] = x[i] * f
+	}
+	a, b := tmp, x
 	for s := rotationStages - 1; s >= 0; s-- {
-		r.hadamard(x)
+		r.hadamard(a)
+		m := r.mult[s]
 		for i, j := range r.perm[s] {
-			v := x[i]
-			if flipped(r.signs[s], i) {
-				v = -v
-			}
-			tmp[j] = v
+			b[j] = a[i] * m[i]
 		}
-		copy(x, tmp)
+		a, b = b, a
+	}
+	if rotationStages%2 == 0 {
+		copy(x, a)
 	}
 }
 
-// hadamard applies the normalized Walsh-Hadamard transform to each block
-// of x (symmetric and its own inverse).
+// hadamard applies the unnormalized Walsh-Hadamard transform to each block
+// of x.
 func (r *blockRotation) hadamard(x []float64) {
 	off := 0
 	for _, b := range r.blocks {
-		blk := x[off : off+b]
-		fwht(blk)
-		if f := r.inv[b]; f != 1 {
-			for i := range blk {
-				blk[i] *= f
-			}
-		}
+		fwht(x[off : off+b])
 		off += b
 	}
 }
