@@ -199,8 +199,9 @@ func TestPBMBits(t *testing.T) {
 // TestPBMRefuses: clear errors for a noise multiplier that is not positive
 // and finite (0 included: pbm has no per-round mode), trials and clients
 // out of range, more trials than the accounting enumerates, a clip below
-// one root mean square (too little noise for the trials' bias), a vector
-// longer than supported, an input whose norm exceeds the bound, NaN, no
+// one root mean square (too little noise for the trials' bias, theta
+// beyond 1/4 otherwise), a bias too small for 2^-52, a vector longer than
+// supported, an input whose norm exceeds the bound, NaN, no
 // private randomness, and orders not above 1.
 func TestPBMRefuses(t *testing.T) {
 	c := func(set func(*Config)) Config {
@@ -234,6 +235,10 @@ func TestPBMRefuses(t *testing.T) {
 	}
 	if _, err := small.RDP(2, 100); err == nil {
 		t.Error("RDP with a clip below one root mean square accepted")
+	}
+	huge := pbmNew(t, 100, 1e300, 1) // theta 1e-301: no bias on the 2^-52 grid
+	if _, err := huge.Encode(nil, make([]float32, 100), rg, slot); err == nil || !strings.Contains(err.Error(), "no bias") {
+		t.Errorf("a bias below 2^-52: %v", err)
 	}
 	mm := pbmNew(t, 2, 4, 1) // clip min(3, 2 sqrt(2 d)): at least 2.8 root mean squares
 	if _, err := mm.NewSum(pbmMaxParams+1, rg); err == nil || !strings.Contains(err.Error(), "parameters") {
