@@ -46,14 +46,16 @@ func init() {
 // the first term, the variance at the zero vector, is (z C)^2, z =
 // Config.Noise, n = Config.Clients: theta = (c/C) sqrt(n/m)/(2z) =
 // k sqrt(n/(4 m d))/z, rounded down to a multiple of 2^-52 (so 1/2 +- theta
-// are exact). The variance per parameter of the sum is then (z C)^2 less a
-// data-dependent term at most C^2/m per client: that of a Gaussian of
-// multiplier z, or a little less. pbmVariance states it exactly.
+// are exact). The variance of the sum's coordinate is then (z C)^2 less
+// sum_i y_ij^2/m (on average over the coordinates n C^2/(m d) at most):
+// that of a Gaussian of multiplier z, or a little less; the inverse
+// rotation spreads it over the parameters. pbmParams.variance states it
+// exactly.
 //
 // The clip. The rotated coordinates of a vector of norm C have mean square
 // C^2/d; c = k C/sqrt(d) with k = 3 cuts the few beyond three times that
 // root mean square (a coordinate of a spread vector is nearly Gaussian:
-// 0.27% of them, 0.02% of the norm's square). theta grows with k, and
+// 0.27% of them, and 0.04% of the norm's square beyond the clip). theta grows with k, and
 // with it the cost of discreteness in privacy (pbmAccount), so k is
 // lowered where theta would exceed 1/4 (trials of probability 1/4 to 3/4,
 // the paper's range): k = min(3, (1/2) z sqrt(m d/n)), and New refuses
@@ -62,7 +64,8 @@ func init() {
 // Guarantee (L2): RDP for the zero-out of one client of the sum of n
 // clients, pbmAccount: the exact worst case over the other clients'
 // biases, computed to a relative 1e-3 (with margins that keep it an upper
-// bound), for both orders of the pair. Against the Gaussian's alpha/(2
+// bound), for both orders of the pair. It holds if at least n clients
+// take part honestly (more add trials and only help; fewer weaken it). Against the Gaussian's alpha/(2
 // z^2) at the same z, it costs (TestPBMRDPGaussian, 100 clients, z = 1):
 //
 //	6,422 parameters, 1 trial (theta 0.187):   1.18 at orders 1.5 to 4, 1.21 at 8, 1.25 at 16, 1.34 at 32
@@ -82,7 +85,10 @@ func init() {
 // Bits. A payload holds len(m) bits per parameter (values 0..m); under
 // secure aggregation each field is summed in Z_2^k, k = len(count m)
 // (SumBits; 7 bits for 100 clients of 1 trial, 8 for 2), d fields for d
-// parameters: no padding, so k bits per parameter as sent.
+// parameters: no padding, so k bits per parameter as sent. pbm is not
+// Modular: the round engine sizes k for the round's actual count, so the
+// sum never wraps and needs no margin (at 100 clients and one trial, 7
+// bits hold any count up to 127 clients).
 type pbm struct {
 	z       float64
 	clients int      // n
@@ -119,6 +125,9 @@ const (
 	// rounding before Encode refuses (it cannot, for a vector of norm at
 	// most C: the rounding is below 1e-12); the accounting uses twice it.
 	pbmSumSlack = 0x1p-21
+	// pbmMinOrder is the smallest Rényi order RDP computes: the excesses
+	// lose about 2^-52/((alpha-1) |x|) of their precision (pbm_rdp.go).
+	pbmMinOrder = 1.01
 	// pbmSupportSDs is the clamp of the decoded mean, in noise standard
 	// deviations z C beyond the radius.
 	pbmSupportSDs = 1 << 20
@@ -355,10 +364,16 @@ func (s *pbmSum) Mean(dst []float64) error {
 }
 
 // RDP is the bound of pbmAccount for vectors of n parameters: s(alpha) U,
-// U the bound on the sum of the squared biases.
+// U the bound on the sum of the squared biases. It is +Inf (no bound)
+// where alpha ln((1+2 theta)^m) exceeds 650, beyond float64's range
+// (orders above 2,000 at theta 0.19, one trial), and refused below order
+// pbmMinOrder.
 func (m *pbm) RDP(alpha float64, n int) (float64, error) {
 	if err := checkOrder("pbm", alpha, n, pbmMaxParams); err != nil {
 		return 0, err
+	}
+	if alpha < pbmMinOrder {
+		return 0, fmt.Errorf("mech: pbm: Rényi order %v: the accounting computes orders from %v (closer to 1 its sums lose their precision)", alpha, pbmMinOrder)
 	}
 	p, err := m.params(n)
 	if err != nil {

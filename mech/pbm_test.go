@@ -263,7 +263,7 @@ func TestPBMRefuses(t *testing.T) {
 	if _, err := mm.Encode(nil, w, rg, Slot{}); err == nil {
 		t.Error("no private randomness accepted")
 	}
-	for _, alpha := range []float64{1, 0.5, math.NaN(), math.Inf(1)} {
+	for _, alpha := range []float64{1, 0.5, 1.005, math.NaN(), math.Inf(1)} {
 		if _, err := mm.RDP(alpha, 10); err == nil || !strings.Contains(err.Error(), "order") {
 			t.Errorf("order %v: %v", alpha, err)
 		}
