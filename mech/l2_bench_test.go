@@ -123,3 +123,19 @@ func secureBits(m Integer, n int) (int, error) {
 	}
 	return SumBits(m, n), nil
 }
+
+// BenchmarkPBMRDP measures pbm's accounting at one order (8), from a fresh
+// mechanism each time (RDP keeps each order's bound): 100 clients, z = 1,
+// 6,422 parameters, one and two trials.
+func BenchmarkPBMRDP(b *testing.B) {
+	for _, m := range []int{1, 2} {
+		b.Run(fmt.Sprintf("m=%d", m), func(b *testing.B) {
+			for b.Loop() {
+				mm := pbmNew(b, 100, 1, m)
+				if _, err := mm.RDP(8, 6422); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
