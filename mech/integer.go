@@ -50,7 +50,7 @@ type Integer interface {
 
 // integerNames are the registered mechanisms that implement Integer, in
 // every configuration (TestIntegerOf checks the list against the registry).
-var integerNames = []string{"augcorbin", "coq", "corbin", "cq", "ddgauss", "jopeq", "laplace+sdq", "ldpq", "sdq", "skellam"}
+var integerNames = []string{"augcorbin", "coq", "corbin", "cq", "ddgauss", "jopeq", "laplace+sdq", "ldpq", "pbm", "sdq", "skellam"}
 
 // IntegerOf returns m's Integer side, or an error that names the
 // mechanisms that have one.

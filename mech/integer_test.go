@@ -55,6 +55,10 @@ func intCases() []intCase {
 		c("skellam", func(c *Config) { c.Clients, c.ModBits, c.Epsilon = 100, 12, 4 }),
 		c("ddgauss", func(c *Config) { c.Clients, c.Noise = 100, 0.8 }),
 		c("skellam", func(c *Config) { c.Clients, c.ModBits, c.Noise = 100, 12, 1.3 }),
+		// pbm at settings whose clip is at least one root mean square at
+		// one parameter: (1/2) z sqrt(m/n) >= 1.
+		c("pbm", func(c *Config) { c.Clients, c.Noise, c.Trials = 4, 1.5, 16 }),
+		c("pbm", func(c *Config) { c.Clients, c.Noise, c.Trials = 2, 3, 2 }),
 	}
 }
 

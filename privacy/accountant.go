@@ -46,24 +46,29 @@ const (
 // Unmarshal) saves and restores it exactly, so a resumed run's answers are
 // the same to the bit.
 //
-// PLD composes dominating pairs' loss distributions on a grid (pld.go,
-// sampled.go, pldcompose.go), rounding every loss up so that the result is
-// an upper bound; its step h is chosen so that the rounding adds at most
-// pldRho (0.5%) of a first estimate (the RDP epsilon, itself an upper
-// bound) to the answer: with K the number of rounded runs composed (the
-// merged Gaussians count once), the rounding moves the composed loss up
-// by less than K h, and h = pldRho estimate/K; a grid that would need more
-// than maxBins bins gets a coarser step, and beyond 4 pldRho the
-// accountant errs rather than answer that loosely. Mass the truncations
-// leave out goes to +Inf loss: it is counted in delta, never dropped. Auto
-// answers with the least of PLD's and RDP's epsilons (both are upper
-// bounds) and Guarantee says which; PLD and RDP answer by their own.
+// PLD composes dominating pairs' loss distributions on a grid (sampled.go,
+// pldcompose.go) whose every step only raises delta, so that the result is
+// an upper bound. With K the number of runs discretized (the unsampled
+// Gaussians, merged into one, count once) and h the step, it exceeds the
+// exact epsilon of the pairs by less than K h (Guarantee.Slack), and in
+// practice by far less (TestPLDRounding). h is pldRho (0.5%) of a first
+// estimate over K (the RDP epsilon, itself an upper bound, or a coarse PLD
+// pass), finer where that is cheap; where a grid of maxBins bins cannot
+// give 4 pldRho the PLD method errs and Auto answers by RDP (saying so in
+// Guarantee.Note). Mass the truncations leave out (at most 1e-4 delta) is
+// put at +Inf loss: counted in delta, never dropped; FFT rounding is
+// covered by fftAllowance (1e-12 of delta). Auto answers with the least
+// of PLD's and RDP's epsilons (both are upper bounds) and Guarantee says
+// which; PLD and RDP answer by their own.
+//
+// An Accountant is not safe for concurrent use.
 type Accountant struct {
 	method   Method
 	relation string
 	atoms    []atom
 	keys     []string
-	rho      float64 // the PLD precision; 0 is pldRho
+	rdps     [][]float64 // each atom's RDP per run at rdpOrders, once computed
+	rho      float64     // the PLD precision; 0 is pldRho
 }
 
 // NewAccountant is an empty accountant that composes by m.
@@ -189,12 +194,14 @@ func describe(e Event) string {
 // A Guarantee is an accountant's answer: the run is (Eps, Delta)-DP for
 // one client, under Relation. Method is the accountant that gave Eps; for
 // PLD, Slack bounds how far the grid's rounding put Eps above the exact
-// epsilon of the composed pairs (at Delta less the truncated mass).
+// epsilon of the composed pairs (at Delta less the truncated mass). Note
+// says why Auto answered by RDP when every event had a loss distribution.
 type Guarantee struct {
 	Eps, Delta float64
 	Method     Method
 	Relation   string
 	Slack      float64
+	Note       string
 }
 
 // Precision of the PLD accountant (see Accountant).
@@ -213,7 +220,8 @@ func (a *Accountant) Epsilon(delta float64) (float64, error) {
 // Guarantee is the run's guarantee at delta. An empty run is (0,
 // delta)-DP. Errors: delta outside (0, 1); no finite eps at delta (an
 // event with unbounded loss, or delta below the mass the PLD truncations
-// set aside, 1e-4 delta); a PLD that cannot reach its precision.
+// set aside, 1e-4 delta); a PLD that cannot reach its precision (Auto
+// then answers by RDP, with a Note).
 func (a *Accountant) Guarantee(delta float64) (Guarantee, error) {
 	g := Guarantee{Delta: delta, Method: a.Method(), Relation: a.relation}
 	if err := checkDelta(delta); err != nil {
@@ -237,6 +245,11 @@ func (a *Accountant) Guarantee(delta float64) (Guarantee, error) {
 	scale := re
 	if math.IsInf(scale, 1) || scale == 0 {
 		coarse, _, err := a.composePLD(math.NaN(), tail)
+		var imprecise errPrecision
+		if errors.As(err, &imprecise) && a.method == Auto && re == 0 {
+			g.Method, g.Eps, g.Note = RDP, re, err.Error()
+			return g, nil
+		}
 		if err != nil {
 			return g, err
 		}
@@ -248,6 +261,11 @@ func (a *Accountant) Guarantee(delta float64) (Guarantee, error) {
 	var pe, slack float64
 	if scale > 0 {
 		dirs, s, err := a.composePLD(scale, tail)
+		var imprecise errPrecision
+		if errors.As(err, &imprecise) && a.method == Auto && !math.IsInf(re, 1) {
+			g.Method, g.Eps, g.Note = RDP, re, err.Error()
+			return g, nil
+		}
 		if err != nil {
 			return g, err
 		}
@@ -287,6 +305,10 @@ func (a *Accountant) Delta(eps float64) (float64, error) {
 		scale = math.NaN()
 	}
 	dirs, _, err := a.composePLD(scale, 1e-15)
+	var imprecise errPrecision
+	if errors.As(err, &imprecise) && a.method == Auto {
+		return d, nil
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -315,8 +337,14 @@ func (a *Accountant) checkMethod() error {
 // rdp is the run's RDP curve at rdpOrders.
 func (a *Accountant) rdp() []float64 {
 	total := make([]float64, len(rdpOrders))
-	for _, x := range a.atoms {
-		for i, r := range atomRDP(x.Event, rdpOrders) {
+	for len(a.rdps) < len(a.atoms) {
+		a.rdps = append(a.rdps, nil)
+	}
+	for j, x := range a.atoms {
+		if a.rdps[j] == nil {
+			a.rdps[j] = atomRDP(x.Event, rdpOrders)
+		}
+		for i, r := range a.rdps[j] {
 			total[i] += float64(x.Count) * r
 		}
 	}
@@ -350,11 +378,12 @@ func (a *Accountant) composePLD(scale, tail float64) ([2]pld, float64, error) {
 	if coarse {
 		h = 1e-3
 	}
-	for range 6 {
+	resized := false
+	for range 8 {
 		parts, err := pldParts(a.atoms, h, tail, true)
 		var tooFine errTooFine
 		if errors.As(err, &tooFine) {
-			h *= 2 * tooFine.bins / maxBins
+			h *= 2.2 * tooFine.bins / maxBins
 			continue
 		}
 		if err != nil {
@@ -363,22 +392,30 @@ func (a *Accountant) composePLD(scale, tail float64) ([2]pld, float64, error) {
 		bins := width(parts, tail) / h
 		switch {
 		case bins > maxBins/2:
-			h *= 2 * bins / maxBins
+			h *= 2.2 * bins / maxBins
 			continue
-		case bins < pldMinBins/2 || coarse && bins > 2*pldMinBins:
-			// finer costs little (or a coarse pass wants few bins)
-			h *= bins / pldMinBins
+		case !resized && (bins < pldMinBins/2 || coarse && bins > 2*pldMinBins):
+			// finer costs little (or a coarse pass wants few bins);
+			// once, as an atom's width shrinks with the step
+			resized = true
+			h *= max(bins, 1) / pldMinBins
 			continue
 		}
 		if !coarse && kf*h > 4*rho*scale {
-			return [2]pld{}, 0, fmt.Errorf("privacy: PLD accountant: %s needs grid step %.3g for its precision, and %d bins allow only %.3g (rounding up to %.3g on an epsilon near %.3g); use the RDP method", a, rho*scale/kf, maxBins, h, kf*h, scale)
+			return [2]pld{}, 0, errPrecision{fmt.Sprintf("privacy: PLD accountant: %s needs grid step %.3g for its precision, and %d bins allow only %.3g (rounding up to %.3g on an epsilon near %.3g)", a, rho*scale/kf, maxBins, h, kf*h, scale)}
 		}
 		dirs, err := composeParts(parts, tail, true)
 		if errors.As(err, &tooFine) {
-			h *= 2 * tooFine.bins / maxBins
+			h *= 2.2 * tooFine.bins / maxBins
 			continue
 		}
 		return dirs, kf * h, err
 	}
-	return [2]pld{}, 0, fmt.Errorf("privacy: PLD accountant: no grid fits %s in %d bins", a, maxBins)
+	return [2]pld{}, 0, errPrecision{fmt.Sprintf("privacy: PLD accountant: no grid fits %s in %d bins", a, maxBins)}
 }
+
+// errPrecision is a PLD that cannot reach its precision: Auto answers by
+// RDP instead, PLD errs.
+type errPrecision struct{ msg string }
+
+func (e errPrecision) Error() string { return e.msg }

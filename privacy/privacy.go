@@ -3,6 +3,33 @@
 // grid (Canonne, Kamath and Steinke 2020), the Laplace mechanism, and the
 // alpha = (e^eps+1)/(e^eps-1) of the one-bit LDP mechanisms.
 //
+// # Run-level accounting
+//
+// The ledger (Account) states privacy per parameter and per round. An
+// Accountant states one client's whole contribution over a whole run as
+// one (eps, delta). A run is described by Events: Gaussian{Z} (noise
+// multiplier Z), RDPCurve (a mechanism known by its Renyi curve, such as
+// the distributed discrete Gaussian or Skellam), Pair (a discrete
+// dominating pair, such as SecureSumPair's blanket), Composed and Sequence,
+// and PoissonSampled (add/remove one client) or FixedSampled (m of n
+// without replacement, replace one client) around a single mechanism.
+// Compose each round's event as the run goes; Epsilon, Delta or Guarantee
+// answer at any time; JSON saves and restores the accountant exactly.
+//
+// Where every event has a privacy loss distribution (Gaussian, Pair, and
+// those Poisson-sampled), the accountant composes them numerically
+// (Koskela et al.; Google's dp_accounting; Microsoft's prv-accountant):
+// each direction of neighbours on its own grid, losses split between grid
+// points so that the result is an upper bound (connect-the-dots,
+// Doroshenko et al. 2022), runs of one event by one FFT power in a
+// Chernoff window, truncated mass counted in delta. Otherwise it adds
+// Renyi-DP curves: the sampled Gaussian of Mironov, Talwar and Zhang
+// (2019), Zhu and Wang's (2019) bound for any Poisson-sampled curve, Wang,
+// Balle and Kasiviswanathan's (2019) for sampling without replacement, and
+// the conversion of Canonne, Kamath and Steinke (2020). Auto takes the
+// smaller of the two where both apply; NoiseMultiplier finds the least Z
+// that meets a target (eps, delta).
+//
 // Every function validates its arguments and returns an error rather than a
 // value that would silently give less privacy than asked.
 package privacy

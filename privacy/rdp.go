@@ -268,61 +268,83 @@ func interpolateInt(f func(int) float64, a float64) float64 {
 	return ((1-t)*clo + t*chi) / (a - 1)
 }
 
-// renyi is D_a(P||Q) = log(sum P^a Q^(1-a))/(a-1) for a > 1, with P's
-// missing mass dp on an outcome Q never gives (+Inf unless dp is float64
-// rounding of P's sum, sumSlack).
-func renyi(p, q []float64, dp, a float64) float64 {
-	if dp > sumSlack(len(p)) {
-		return math.Inf(1)
+// pairCurve evaluates a pair's Renyi divergences, with the logs of its
+// probabilities taken once: D_a(P||Q) = log(sum P^a Q^(1-a))/(a-1) for
+// a > 1, over the outcomes where both are positive. It is +Inf at every
+// order where P has mass that Q never gives: an outcome with Q = 0, or
+// P's missing mass (unless that is float64 rounding of the sum,
+// sumSlack); and symmetrically for D_a(Q||P).
+type pairCurve struct {
+	lp, lq       []float64
+	infPQ, infQP bool
+}
+
+func newPairCurve(p, q []float64) pairCurve {
+	c := pairCurve{
+		infPQ: 1-sum(p) > sumSlack(len(p)),
+		infQP: 1-sum(q) > sumSlack(len(q)),
 	}
-	top := math.Inf(-1)
 	for i, x := range p {
-		if x == 0 {
-			continue
+		switch {
+		case x > 0 && q[i] > 0:
+			c.lp = append(c.lp, math.Log(x))
+			c.lq = append(c.lq, math.Log(q[i]))
+		case x > 0:
+			c.infPQ = true
+		case q[i] > 0:
+			c.infQP = true
 		}
-		if q[i] == 0 {
-			return math.Inf(1)
-		}
-		top = max(top, a*math.Log(x)+(1-a)*math.Log(q[i]))
 	}
-	if math.IsInf(top, -1) {
+	return c
+}
+
+// renyi is D_a(A||B) from the logs of A and B.
+func renyi(la, lb []float64, a float64) float64 {
+	if len(la) == 0 {
 		return 0
 	}
+	top := math.Inf(-1)
+	for i, x := range la {
+		top = max(top, a*x+(1-a)*lb[i])
+	}
 	s := 0.0
-	for i, x := range p {
-		if x > 0 {
-			s += math.Exp(a*math.Log(x) + (1-a)*math.Log(q[i]) - top)
-		}
+	for i, x := range la {
+		s += math.Exp(a*x + (1-a)*lb[i] - top)
 	}
 	return max(0, (top+math.Log(s))/(a-1))
 }
 
-// pairRDP is the RDP of a dominating pair at order a: the larger of
-// D_a(P||Q) and D_a(Q||P).
-func pairRDP(p Pair, a float64) float64 {
-	dp, dq := 1-sum(p.P), 1-sum(p.Q)
-	return max(renyi(p.P, p.Q, dp, a), renyi(p.Q, p.P, dq, a))
+// at is the pair's RDP at order a: the larger of D_a(P||Q) and D_a(Q||P).
+func (c pairCurve) at(a float64) float64 {
+	if c.infPQ || c.infQP {
+		return math.Inf(1)
+	}
+	return max(renyi(c.lp, c.lq, a), renyi(c.lq, c.lp, a))
 }
+
+// pairRDP is the RDP of a dominating pair at order a.
+func pairRDP(p Pair, a float64) float64 { return newPairCurve(p.P, p.Q).at(a) }
 
 // baseCurve is a single mechanism's RDP at the integers 0..maxIntOrder
 // (entries 0 and 1 unused).
 func baseCurve(e Event) []float64 {
+	f := singleRDP(e)
 	out := make([]float64, maxIntOrder+1)
 	for l := 2; l <= maxIntOrder; l++ {
-		out[l] = singleRDP(e, float64(l))
+		out[l] = f(float64(l))
 	}
 	return out
 }
 
-// singleRDP is a single mechanism's RDP at order a.
-func singleRDP(e Event, a float64) float64 {
+// singleRDP is a single mechanism's RDP curve.
+func singleRDP(e Event) func(a float64) float64 {
 	switch e := e.(type) {
 	case Gaussian:
-		return rdpGaussian(e.Z, a)
+		return func(a float64) float64 { return rdpGaussian(e.Z, a) }
 	case rdpTable:
-		return e.at(a)
+		return e.at
 	case Pair:
-		return pairRDP(e, a)
+		return newPairCurve(e.P, e.Q).at
 	}
 	panic("privacy: singleRDP of " + eventKind(e))
 }
@@ -355,8 +377,9 @@ func atomRDP(e Event, orders []float64) []float64 {
 			out[i] = rdpFixedGeneral(q, base, a)
 		}
 	default:
+		f := singleRDP(e)
 		for i, a := range orders {
-			out[i] = singleRDP(e, a)
+			out[i] = f(a)
 		}
 	}
 	return out
