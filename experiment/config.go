@@ -332,8 +332,18 @@ func (c Config) mechConfig() mech.Config {
 	return mech.Config{
 		Epsilon: c.Epsilon, Delta: c.Delta, SharedBits: c.SharedBits, Gamma: c.Gamma, Px: c.Px,
 		InputBits: c.InputBits, BudgetBits: c.BudgetBits, Rate: c.Rate, Lattice: c.Lattice,
-		ModBits: c.ModBits, Clients: c.roundClients(),
+		ModBits: c.ModBits, Clients: c.roundClients(), Noise: c.mechNoise(),
 	}
+}
+
+// mechNoise is the noise multiplier the mechanism is built with: the one
+// given, or, with a target epsilon to calibrate it for, 1 until
+// fl.Config.PrepareDP does (an L2 mechanism needs one to be checked).
+func (c Config) mechNoise() float64 {
+	if c.Clip > 0 && c.NoiseMultiplier == 0 && c.TargetEpsilon > 0 {
+		return 1
+	}
+	return c.NoiseMultiplier
 }
 
 // roundClients is how many clients a round has when none drops out: what
