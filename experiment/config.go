@@ -130,6 +130,9 @@ type Config struct {
 	// ClipQuantileNoise (0: expected clients per round / 20).
 	ClipQuantile      float64 `yaml:"clip_quantile,omitempty"`
 	ClipQuantileNoise float64 `yaml:"clip_quantile_noise,omitempty"`
+	// DPFTRL replaces the rounds' fresh noise by DP-FTRL's tree noise on
+	// the prefix sums (fl.DPFedAvg.Tree): no sampling needed.
+	DPFTRL bool `yaml:"dp_ftrl,omitempty"`
 
 	// Own data (data.go, docs/data.md): where the clients' and the
 	// server's data are when the run brings its own rather than a
@@ -384,7 +387,7 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
 		Shuffle: c.Shuffle, Byzantine: attack, ByzantineFraction: c.ByzantineFraction,
 		DP: fl.DPFedAvg{Clip: c.Clip, Noise: c.NoiseMultiplier, TargetEpsilon: c.TargetEpsilon, Delta: c.Delta,
-			Quantile: c.ClipQuantile, QuantileNoise: c.ClipQuantileNoise},
+			Quantile: c.ClipQuantile, QuantileNoise: c.ClipQuantileNoise, Tree: c.DPFTRL},
 	}, nil
 }
 

@@ -64,6 +64,17 @@ type DPFedAvg struct {
 	// QuantileNoise is the count's noise standard deviation; 0: the
 	// paper's expected clients per round / 20.
 	QuantileNoise float64
+	// Tree is DP-FTRL (Kairouz, McMahan, Song, Thakkar, Thakurta and Xu,
+	// "Practical and private (deep) learning without sampling or
+	// shuffling", ICML 2021): instead of fresh noise each round, the
+	// server adds tree-aggregation noise (privacy.Tree, standard deviation
+	// Noise Clip per node) to the prefix sums of the clipped updates and
+	// moves the model by the difference of consecutive noisy prefix sums.
+	// Its guarantee needs no sampling: it holds for every client that took
+	// part in at most as many rounds as the most-sampled one
+	// (privacy.TreeWorstCase), against whoever gets the models. Central
+	// (mechanism none) only.
+	Tree bool
 }
 
 // clipLR is eta, the adaptive clip's geometric step (Andrew et al.'s
@@ -141,6 +152,10 @@ func (c *Config) validateDP(m mech.Mechanism) error {
 		return errors.New("fl: DP-FedAvg adds its noise to the sum: it does not run under the shuffler")
 	case c.Byzantine.Kind == Constant || c.Byzantine.Kind == Extreme:
 		return fmt.Errorf("fl: byzantine %s is defined per tensor and range, not for DP-FedAvg's clipped updates", c.Byzantine.Kind)
+	case d.Tree && m.Name() != "none":
+		return fmt.Errorf("fl: DP-FTRL's tree noise is added by the server: it runs with mechanism none, not %s", m.Name())
+	case d.Tree && d.Quantile > 0:
+		return errors.New("fl: DP-FTRL runs with a fixed clip: its tree noise is sized for one")
 	case d.Quantile > 0 && m.Name() != "none":
 		return fmt.Errorf("fl: an adaptive clip counts the clipped updates in the clear: it runs with mechanism none (central noise), not %s", m.Name())
 	case c.Range.Kind == "adaptive":
@@ -201,6 +216,29 @@ func l2(v []float32) float64 {
 		s += float64(x) * float64(x)
 	}
 	return math.Sqrt(s)
+}
+
+// normalStream is a privacy.NormalSource re-derived from the run's
+// secret for each round, so that a checkpoint of the tree needs no stream
+// position.
+type normalStream struct{ s *corr.Stream }
+
+func (n *normalStream) NormFloat64() float64 { return n.s.NormFloat64() }
+
+// treeNoise adds to sum, round t's sum of clipped updates, the difference
+// of the tree's noise on the t-th and (t-1)-th prefix sums: the model, the
+// sum of the rounds' estimates, then moves by the noisy prefix sum.
+func (e *Engine) treeNoise(t int, sum []float64) error {
+	e.treeSrc.s = corr.Derive(e.secret, "dp-ftrl", uint64(t))
+	next := make([]float64, len(sum))
+	if err := e.tree.Next(next); err != nil {
+		return err
+	}
+	for i := range sum {
+		sum[i] += next[i] - e.treeLast[i]
+	}
+	e.treeLast = next
+	return nil
 }
 
 // unflatten cuts the one vector of a DP-FedAvg estimate into the model's
@@ -268,7 +306,12 @@ func (e *Engine) privatize(p *Plan, est [][]float64, received int) ([][]float64,
 	if err != nil {
 		return nil, err
 	}
-	if sd := z * p.Ranges[0].Radius; sd > 0 && central {
+	switch sd := z * p.Ranges[0].Radius; {
+	case e.tree != nil:
+		if err := e.treeNoise(p.T, sum); err != nil {
+			return nil, err
+		}
+	case sd > 0 && central:
 		for i := range sum {
 			sum[i] += sd * src.NormFloat64()
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/model"
+	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
 )
 
@@ -307,5 +309,79 @@ func TestUserLevelServer(t *testing.T) {
 		case !strings.Contains(u.Relation, "zero-out"):
 			t.Errorf("relation %q", u.Relation)
 		}
+	}
+}
+
+// shiftTrainer's update does not depend on the model: client k moves
+// every weight by (k+1)/100.
+type shiftTrainer struct{ fakeTrainer }
+
+func (shiftTrainer) Train(_ context.Context, w [][]float32, _ []float32, _ []int32, _ []int, c model.TrainConfig) ([][]float32, float64, error) {
+	out := make([]float32, len(w[0]))
+	for j, v := range w[0] {
+		out[j] = v + float32(c.Client+1)/100
+	}
+	return [][]float32{out}, 0.5, nil
+}
+
+// TestDPFTRL: after T rounds a DP-FTRL model is the noiseless model plus
+// the tree's noise on the T-th prefix sum over the denominator (the sum of
+// the rounds' noise differences), drawn as privacy.Tree draws it from the
+// run's secret; its ledger is the tree's worst case; a run resumed from a
+// checkpoint ends with the same model and ledger.
+func TestDPFTRL(t *testing.T) {
+	const rounds, dim, clients = 5, 6, 4
+	task := fakeTask(clients, dim, func(int) int { return 1 })
+	task.Trainers = []Trainer{&shiftTrainer{}, &shiftTrainer{}}
+	cfg := dpConfig()
+	cfg.Rounds = rounds
+	cfg.DP = DPFedAvg{Clip: 0.3, Noise: 2, Tree: true}
+	noisy, got := run(t, cfg, task)
+	clean := cfg
+	clean.DP = DPFedAvg{Clip: 0.3}
+	plain, _ := run(t, clean, task)
+
+	src := &normalStream{}
+	tree, err := privacy.NewTree(dim, 2*0.3, src, privacy.TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noise := make([]float64, dim)
+	for r := 1; r <= rounds; r++ {
+		src.s = corr.Derive(noisy.secret, "dp-ftrl", uint64(r))
+		if err := tree.Next(noise); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for j := range dim {
+		want := float64(plain.global[0][j]) + noise[j]/clients
+		if d := float64(noisy.global[0][j]) - want; math.Abs(d) > 1e-5 {
+			t.Errorf("coordinate %d: %v, want %v", j, noisy.global[0][j], want)
+		}
+	}
+	g, err := privacy.TreeWorstCase(rounds, rounds, 0, 2, 1e-5, privacy.TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := got[rounds-1].Privacy.User; u.Model == nil || u.Model.Eps != g.Eps || u.Server != nil {
+		t.Errorf("ledger %+v, want model eps %v and no server guarantee", u, g.Eps)
+	}
+
+	half := cfg
+	half.Rounds = 2
+	first, _ := run(t, half, task)
+	resumed, err := New(cfg, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resumed.Restore(first.State()); err != nil {
+		t.Fatal(err)
+	}
+	var last report.Round
+	if err := resumed.Run(context.Background(), func(r report.Round) error { last = r; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(resumed.global, noisy.global) || !reflect.DeepEqual(last.Privacy.User, got[rounds-1].Privacy.User) {
+		t.Errorf("resumed: model %v, ledger %+v; want %v, %+v", resumed.global, last.Privacy.User, noisy.global, got[rounds-1].Privacy.User)
 	}
 }

@@ -37,7 +37,7 @@ func (e *Engine) account(r *report.Round, p *Plan) error {
 		r.Privacy = l
 	}
 	if e.cfg.DP.on() {
-		u, err := e.userLevel()
+		u, err := e.userLevel(p.T)
 		if err != nil {
 			return err
 		}

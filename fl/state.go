@@ -41,6 +41,10 @@ type State struct {
 	Clip       float64
 	Accountant []byte
 	Short      []int
+	// Tree and TreeLast are DP-FTRL's tree (privacy.TreeState's JSON) and
+	// its noise on the last prefix sum.
+	Tree     []byte
+	TreeLast []float64
 }
 
 // State returns the engine's state after its last completed round.
@@ -49,6 +53,7 @@ func (e *Engine) State() State {
 		Round: e.done, Global: e.global, PrevUpd: e.prevUpd, Radii: e.radii, Best: e.best,
 		BestAcc: e.bestAcc, Since: e.since, Moments: e.moments, Joined: e.joined, Seconds: e.elapsed(),
 		MinSum: e.minSum, MinAlone: e.minAlone, Clip: e.clip, Accountant: e.acctState(), Short: e.short,
+		Tree: e.treeState(), TreeLast: e.treeLast,
 	}
 }
 
@@ -114,6 +119,20 @@ func (e *Engine) Restore(s State) error {
 			return fmt.Errorf("fl: checkpoint's privacy accountant: %w", err)
 		}
 		e.clip, e.acct, e.short = s.Clip, acct, s.Short
+		if e.tree != nil {
+			var ts privacy.TreeState
+			if err := json.Unmarshal(s.Tree, &ts); err != nil {
+				return fmt.Errorf("fl: checkpoint's DP-FTRL tree: %w", err)
+			}
+			tree, err := privacy.RestoreTree(ts, e.treeSrc)
+			if err != nil {
+				return fmt.Errorf("fl: checkpoint's DP-FTRL tree: %w", err)
+			}
+			if tree.Step() > s.Round || len(s.TreeLast) != e.params {
+				return fmt.Errorf("fl: checkpoint's DP-FTRL tree is at step %d with %d values, the run after round %d with %d parameters", tree.Step(), len(s.TreeLast), s.Round, e.params)
+			}
+			e.tree, e.treeLast = tree, s.TreeLast
+		}
 	}
 	e.start = time.Now()
 	return nil
@@ -128,6 +147,18 @@ func (e *Engine) acctState() []byte {
 	b, err := json.Marshal(e.acct)
 	if err != nil {
 		panic("fl: saving the accountant: " + err.Error()) // its events are checked when composed
+	}
+	return b
+}
+
+// treeState is DP-FTRL's tree as a State keeps it; nil without one.
+func (e *Engine) treeState() []byte {
+	if e.tree == nil {
+		return nil
+	}
+	b, err := json.Marshal(e.tree.State())
+	if err != nil {
+		panic("fl: saving the tree: " + err.Error()) // finite vectors of float64
 	}
 	return b
 }

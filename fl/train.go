@@ -163,6 +163,10 @@ type Engine struct {
 	// the mechanism is sized for.
 	acct  *privacy.Accountant
 	short []int
+	// DP-FTRL: the tree, its source, and its noise on the last prefix sum.
+	tree     *privacy.Tree
+	treeSrc  *normalStream
+	treeLast []float64
 }
 
 // elapsed is the run's wall time so far, across restarts.
@@ -277,6 +281,12 @@ func New(cfg Config, task Task) (*Engine, error) {
 			return nil, err
 		}
 		e.acct = privacy.NewAccountant(privacy.Auto)
+		if cfg.DP.Tree && cfg.DP.Noise > 0 {
+			e.treeSrc, e.treeLast = &normalStream{}, make([]float64, e.params)
+			if e.tree, err = privacy.NewTree(e.params, cfg.DP.Noise*cfg.DP.Clip, e.treeSrc, privacy.TreeOptions{}); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return e, nil
 }

@@ -81,6 +81,13 @@ func (c *Config) PrepareDP(n, d int) error {
 	if !c.DP.on() {
 		return nil
 	}
+	if c.DP.TargetEpsilon > 0 && c.DP.Noise == 0 && c.DP.Tree {
+		z, err := privacy.TreeNoiseMultiplier(c.DP.TargetEpsilon, c.DP.delta(), c.Rounds, c.Rounds, 0, privacy.TreeOptions{})
+		if err != nil {
+			return fmt.Errorf("fl: target epsilon %v over %d rounds at delta %g: %w", c.DP.TargetEpsilon, c.Rounds, c.DP.delta(), err)
+		}
+		c.DP.Noise = z
+	}
 	if c.DP.TargetEpsilon > 0 && c.DP.Noise == 0 {
 		z, err := privacy.NoiseMultiplier(c.DP.TargetEpsilon, c.DP.delta(), func(z float64) privacy.Event {
 			ev, err := c.runEvent(n, d, z)
@@ -147,6 +154,9 @@ func (c *Config) noiseClients(n int) int {
 // clients' noise than the L2 mechanism is sized for (received uploads, less
 // the colluders secure aggregation allows for).
 func (e *Engine) accountRound(p *Plan, received int) error {
+	if e.tree != nil {
+		return nil // the tree's guarantee follows from the rounds alone (treeLevel)
+	}
 	if _, l2 := e.m.(mech.L2); l2 && received-e.colluders() < e.cfg.Mech.Clients {
 		e.short = append(e.short, p.T)
 	}
@@ -158,12 +168,28 @@ func (e *Engine) accountRound(p *Plan, received int) error {
 	return e.acct.Compose(ev)
 }
 
+// budgetSlack is how far, relatively, a run's epsilon may exceed its
+// target: the accountants' own precision (an epsilon found by bisection to
+// 1e-12 and rounded up), so that a noise multiplier calibrated for the
+// target reaches its last round.
+const budgetSlack = 1e-9
+
 // budget refuses round t, among online clients, when it would take the
 // run's user-level epsilon against whoever gets the models past
 // TargetEpsilon.
 func (e *Engine) budget(t, online int) error {
 	target := e.cfg.DP.TargetEpsilon
 	if !e.cfg.DP.on() || target == 0 {
+		return nil
+	}
+	if e.tree != nil {
+		g, err := privacy.TreeWorstCase(t, e.most()+1, 0, e.cfg.DP.Noise, e.cfg.DP.delta(), privacy.TreeOptions{})
+		if err != nil {
+			return err
+		}
+		if g.Eps > target*(1+budgetSlack) {
+			return fmt.Errorf("fl: round %d would take the run's user-level epsilon to %.4g at delta %g, past its target %g: %w", t, g.Eps, e.cfg.DP.delta(), target, ErrBudget)
+		}
 		return nil
 	}
 	next := privacy.NewAccountant(privacy.Auto)
@@ -184,15 +210,18 @@ func (e *Engine) budget(t, online int) error {
 	if err != nil {
 		return err
 	}
-	if eps > target {
+	if eps > target*(1+budgetSlack) {
 		return fmt.Errorf("fl: round %d would take the run's user-level epsilon to %.4g at delta %g, past its target %g: %w", t, eps, e.cfg.DP.delta(), target, ErrBudget)
 	}
 	return nil
 }
 
-// userLevel is the run's user-level guarantee so far, for the client that
-// took part in the most rounds.
-func (e *Engine) userLevel() (*privacy.UserLevel, error) {
+// userLevel is the run's user-level guarantee after round t, for the
+// client that took part in the most rounds.
+func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
+	if e.tree != nil {
+		return e.treeLevel(t)
+	}
 	delta := e.cfg.DP.delta()
 	u := &privacy.UserLevel{Rounds: e.most(), Relation: privacy.AddRemove}
 	if _, l2 := e.m.(mech.L2); l2 {
@@ -238,5 +267,22 @@ func (e *Engine) userLevel() (*privacy.UserLevel, error) {
 		u.Note = "server: trusted, it sees each clipped update and adds the noise"
 	}
 	u.Note = strings.TrimPrefix(u.Note+"; eavesdropper: a DP-FedAvg message alone carries no guarantee", "; ")
+	return u, nil
+}
+
+// treeLevel is a DP-FTRL run's user-level guarantee after round t: the
+// tree's worst case for a client in as many rounds as the most-sampled
+// one, against whoever gets the models; none against the server, which
+// adds the noise.
+func (e *Engine) treeLevel(t int) (*privacy.UserLevel, error) {
+	u := &privacy.UserLevel{Rounds: e.most(), Relation: privacy.AddRemove,
+		Amplification: "none: DP-FTRL's guarantee needs no sampling and claims none",
+		Note:          "server: trusted, it sees each clipped update and adds the tree's noise; eavesdropper: a DP-FedAvg message alone carries no guarantee"}
+	g, err := privacy.TreeWorstCase(t, max(u.Rounds, 1), 0, e.cfg.DP.Noise, e.cfg.DP.delta(), privacy.TreeOptions{})
+	if err != nil {
+		return nil, err
+	}
+	u.Model = privacy.NewBound(g.Eps, g.Delta)
+	u.Accountant = fmt.Sprintf("DP-FTRL tree aggregation (privacy.TreeWorstCase): sensitivity %.4g clips over the released nodes for %d rounds of %d, %.4g-GDP, exact", g.Sensitivity, g.Participations, t, g.Mu)
 	return u, nil
 }

@@ -112,6 +112,7 @@ var runFlagHelp = [][2]string{
 	{"noise_multiplier", "DP-FedAvg: the round's noise standard deviation over --clip (none: added by the server; ddgauss, skellam, pbm: by the clients under secure aggregation)"},
 	{"clip_quantile", "DP-FedAvg: make --clip adaptive, tracking this quantile of the clients' update norms (Andrew et al. 2021; 0: fixed; mechanism none)"},
 	{"clip_quantile_noise", "DP-FedAvg: the noise standard deviation on the adaptive clip's count (0: clients per round / 20); it takes its share of --noise-multiplier"},
+	{"dp_ftrl", "DP-FedAvg: DP-FTRL (Kairouz et al. 2021): the server adds tree-aggregation noise to the prefix sums of the clipped updates instead of fresh noise each round; its guarantee needs no sampling (mechanism none)"},
 	{"target_epsilon", "DP-FedAvg: the user-level epsilon, at --delta, the whole run must meet against whoever gets the model; the noise multiplier is calibrated for it"},
 	{"seed", "seed of every random stream"},
 	{"workers", "clients trained in parallel (0: all cores)"},
