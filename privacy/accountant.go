@@ -1,6 +1,7 @@
 package privacy
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,12 +62,13 @@ const (
 // of PLD's and RDP's epsilons (both are upper bounds) and Guarantee says
 // which; PLD and RDP answer by their own.
 //
-// An Accountant is not safe for concurrent use.
+// The zero Accountant is empty and composes by Auto. An Accountant is not
+// safe for concurrent use.
 type Accountant struct {
 	method   Method
 	relation string
 	atoms    []atom
-	keys     []string
+	keys     []string    // SHA-256 of each atom's JSON, to merge equal events
 	rdps     [][]float64 // each atom's RDP per run at rdpOrders, once computed
 	rho      float64     // the PLD precision; 0 is pldRho
 }
@@ -100,7 +102,8 @@ func (a *Accountant) Compose(e Event) error {
 		if err != nil {
 			return err
 		}
-		keys[i] = string(k)
+		sum := sha256.Sum256(k)
+		keys[i] = string(sum[:])
 	}
 	for i, x := range atoms {
 		if j := indexOf(a.keys, keys[i]); j >= 0 {
@@ -283,12 +286,14 @@ func (a *Accountant) Guarantee(delta float64) (Guarantee, error) {
 }
 
 // Delta is the smallest delta for which the run so far is (eps,
-// delta)-DP as far as the accountant can tell, eps >= 0: by its method, and
+// delta)-DP as far as the accountant can tell, eps > 0: by its method, and
 // for Auto the least of PLD's (where every event has a loss distribution)
-// and RDP's. PLD truncations add at most 1e-15.
+// and RDP's. PLD's grid step is pldRho eps/K, so its delta is at most the
+// exact delta at eps (1 - pldRho), plus its truncations (at most 1e-15)
+// and fftAllowance.
 func (a *Accountant) Delta(eps float64) (float64, error) {
-	if !(eps >= 0) || math.IsInf(eps, 0) {
-		return 0, fmt.Errorf("privacy: epsilon %v must be non-negative and finite", eps)
+	if err := checkEpsilon(eps); err != nil {
+		return 0, err
 	}
 	if err := a.checkMethod(); err != nil {
 		return 0, err
@@ -300,11 +305,7 @@ func (a *Accountant) Delta(eps float64) (float64, error) {
 	if a.Method() == RDP {
 		return d, nil
 	}
-	scale := eps
-	if eps == 0 {
-		scale = math.NaN()
-	}
-	dirs, _, err := a.composePLD(scale, 1e-15)
+	dirs, _, err := a.composePLD(eps, 1e-15)
 	var imprecise errPrecision
 	if errors.As(err, &imprecise) && a.method == Auto {
 		return d, nil
@@ -377,6 +378,16 @@ func (a *Accountant) composePLD(scale, tail float64) ([2]pld, float64, error) {
 	h := rho * scale / kf
 	if coarse {
 		h = 1e-3
+	}
+	// A probe at a coarse step learns the composition's width, so that a
+	// precision no grid can give is refused without building big grids.
+	if !coarse && h < 1e-3 {
+		if parts, err := pldParts(a.atoms, 1e-3, tail, true); err == nil {
+			w := width(parts, tail)
+			if hmin := 2.2 * w / maxBins; w/1e-3 >= 1000 && kf*hmin > 4*rho*scale {
+				return [2]pld{}, 0, errPrecision{fmt.Sprintf("privacy: PLD accountant: %s needs grid step %.3g for its precision, and %d bins allow only %.3g (rounding up to %.3g on an epsilon near %.3g)", a, h, maxBins, hmin, kf*hmin, scale)}
+			}
+		}
 	}
 	resized := false
 	for range 8 {

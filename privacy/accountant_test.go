@@ -469,7 +469,7 @@ func TestAccountantErrors(t *testing.T) {
 			t.Errorf("delta %v: %v", delta, err)
 		}
 	}
-	for _, eps := range []float64{-1, nan, math.Inf(1)} {
+	for _, eps := range []float64{0, -1, nan, math.Inf(1)} {
 		if _, err := a.Delta(eps); err == nil || !strings.Contains(err.Error(), "epsilon") {
 			t.Errorf("eps %v: %v", eps, err)
 		}
@@ -493,8 +493,19 @@ func TestAccountantErrors(t *testing.T) {
 	if e, err := NewAccountant(Auto).Epsilon(1e-5); e != 0 || err != nil {
 		t.Errorf("empty: %v %v", e, err)
 	}
-	if d, err := NewAccountant(Auto).Delta(0); d != 0 || err != nil {
+	if d, err := NewAccountant(Auto).Delta(1); d != 0 || err != nil {
 		t.Errorf("empty: %v %v", d, err)
+	}
+	// a run too long for the grid's precision: PLD errs, Auto answers by
+	// RDP and says why
+	long := Composed{PoissonSampled{Rate: 0.001, Event: Gaussian{1}}, 1_000_000}
+	if _, err := mustCompose(t, PLD, long).Epsilon(1e-5); err == nil || !strings.Contains(err.Error(), "precision") {
+		t.Errorf("a million rounds by PLD: %v", err)
+	}
+	g2 := mustGuarantee(t, mustCompose(t, Auto, long), 1e-5)
+	r := mustGuarantee(t, mustCompose(t, RDP, long), 1e-5)
+	if g2.Method != RDP || g2.Eps != r.Eps || !strings.Contains(g2.Note, "precision") {
+		t.Errorf("a million rounds by Auto: %+v, RDP %v", g2, r.Eps)
 	}
 }
 

@@ -40,9 +40,10 @@ type RDPCurve struct {
 // divergence H_{e^eps}(P||Q) bounds that of the mechanism's outputs on any
 // neighbouring inputs, as in Zhu, Dong and Wang (AISTATS 2022). The exact
 // law of a mechanism's outputs on two worst-case neighbours is one;
-// SecureSumBlanket's blanket pair is another. Each of P and Q may sum to
+// SecureSumPair's blanket pair is another. Each of P and Q may sum to
 // less than 1: the missing mass is taken to lie on an outcome the other
-// never gives, which only adds to both directions' divergences.
+// never gives, which only adds to both directions' divergences (and makes
+// its Renyi divergence infinite: such a pair is for the PLD accountant).
 type Pair struct {
 	Name string
 	P, Q []float64
@@ -75,6 +76,16 @@ type FixedSampled struct {
 	M, N  int
 	Event Event
 }
+
+var (
+	_ Event = Gaussian{}
+	_ Event = RDPCurve{}
+	_ Event = Pair{}
+	_ Event = Composed{}
+	_ Event = Sequence{}
+	_ Event = PoissonSampled{}
+	_ Event = FixedSampled{}
+)
 
 func (Gaussian) isEvent()       {}
 func (RDPCurve) isEvent()       {}

@@ -242,7 +242,13 @@ func split(m, mq, l, h float64) (a, b float64) {
 // and Wang 2022, Theorem 11: the remove direction by advanced joint
 // convexity; the add direction because a pair that dominates for every
 // real eps dominates the reversed order too, H_a(A||B) = 1 - a +
-// a H_{1/a}(B||A)). Outcomes whose loss is +Inf put their mass at +Inf;
+// a H_{1/a}(B||A)). With L = log(P/Q) at an outcome, the remove loss is
+// log(1 - q + q e^L), distributed as the mixture (q of P's law of L, 1-q of
+// Q's), and the add loss is -log(1 - q + q e^L), distributed as Q's law of
+// L: an outcome P never gives (L = -Inf) has add loss -log(1-q), and one Q
+// never gives has no Q-mass, so it counts in remove's +Inf mass only. That
+// is why a Pair carries Q and not only P's law of L: Q's law is P's times
+// e^-L only where the losses are exact. Outcomes whose loss is +Inf put their mass at +Inf;
 // the others are split between the ends of their bin (up) or rounded
 // down; tails of at most tail/2 are moved in as in lossLaw.grid.
 func pairPLD(p Pair, q float64, dir int, h, tail float64, up bool) (pld, error) {
