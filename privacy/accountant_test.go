@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// gdpEpsilon is the exact epsilon at delta of mu-GDP, the Gaussian
+// gdpEpsilonRef is the exact epsilon at delta of mu-GDP, the Gaussian
 // mechanism with sensitivity/sigma = mu: the least eps with
 // Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) <= delta (GaussianDelta,
 // in log space), by bisection to a relative 1e-12.
-func gdpEpsilon(mu, delta float64) float64 {
+func gdpEpsilonRef(mu, delta float64) float64 {
 	lo, hi := 0.0, mu*mu/2+40*mu+1
 	for hi-lo > 1e-12*hi {
 		mid := lo + (hi-lo)/2
@@ -78,7 +78,7 @@ func TestGaussianGDP(t *testing.T) {
 		delta float64
 	}{{1, 1, 1e-5}, {2, 10, 1e-5}, {0.8, 100, 1e-3}, {10, 1000, 1e-5}, {5, 1000, 1e-6}, {30, 1000, 1e-8}, {50, 1000, 0.01}} {
 		mu := math.Sqrt(float64(c.T)) / c.z
-		want := gdpEpsilon(mu, c.delta)
+		want := gdpEpsilonRef(mu, c.delta)
 		g := mustGuarantee(t, mustCompose(t, PLD, Composed{Gaussian{c.z}, c.T}), c.delta)
 		if !(g.Eps >= want*(1-1e-9) && g.Eps <= want*(1+1e-3)) {
 			t.Errorf("%+v: accountant %.8g, closed form %.8g", c, g.Eps, want)

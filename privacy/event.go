@@ -28,10 +28,15 @@ type Gaussian struct {
 // relation, as for Gaussian). The accountant evaluates it at the orders of
 // RDPOrders and at every integer up to the largest, once, when it is
 // composed, and keeps those values (tabulated curves are what a saved
-// accountant holds). Name says what it is, for reports.
+// accountant holds). Name says what it is, for reports. MaxOrder, when
+// positive, is the largest order Eps is evaluated at: a curve that is
+// costly to compute (pbm's) is then +Inf above it, which is always a bound
+// and costs only the tightness those orders would give (small epsilons,
+// below about ln(1/delta)/MaxOrder).
 type RDPCurve struct {
-	Name string
-	Eps  func(alpha float64) float64
+	Name     string
+	Eps      func(alpha float64) float64
+	MaxOrder float64
 }
 
 // Pair is a discrete dominating pair of a mechanism: P[i] and Q[i] are the
@@ -126,8 +131,19 @@ func (c RDPCurve) tabulate() (rdpTable, error) {
 	if c.Eps == nil {
 		return rdpTable{}, fmt.Errorf("privacy: RDP curve %q has no Eps function", c.Name)
 	}
-	t := rdpTable{Name: c.Name, Orders: curveOrders, Eps: make([]float64, len(curveOrders))}
-	for i, a := range curveOrders {
+	if math.IsNaN(c.MaxOrder) || c.MaxOrder < 0 || c.MaxOrder > 0 && c.MaxOrder < 2 {
+		return rdpTable{}, fmt.Errorf("privacy: RDP curve %q: largest order %v must be at least 2 (0: every order)", c.Name, c.MaxOrder)
+	}
+	orders := curveOrders
+	if c.MaxOrder > 0 {
+		n := 0
+		for n < len(orders) && orders[n] <= c.MaxOrder {
+			n++
+		}
+		orders = orders[:n]
+	}
+	t := rdpTable{Name: c.Name, Orders: orders, Eps: make([]float64, len(orders))}
+	for i, a := range orders {
 		e := c.Eps(a)
 		if math.IsNaN(e) || e < 0 {
 			return rdpTable{}, fmt.Errorf("privacy: RDP curve %q is %v at order %v: it must be non-negative (+Inf allowed)", c.Name, e, a)
