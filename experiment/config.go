@@ -78,6 +78,7 @@ type Config struct {
 	Rate       int     `yaml:"rate"`
 	Lattice    int     `yaml:"lattice"`
 	ModBits    int     `yaml:"mod_bits"`
+	Trials     int     `yaml:"trials,omitempty"` // pbm: binomial trials per coordinate and client
 	Transfer   bool    `yaml:"transfer"`
 	// SecureAggregation masks the messages with SecAgg+, so that the
 	// server learns only their sum.
@@ -335,7 +336,7 @@ func (c Config) mechConfig() mech.Config {
 	return mech.Config{
 		Epsilon: c.Epsilon, Delta: c.Delta, SharedBits: c.SharedBits, Gamma: c.Gamma, Px: c.Px,
 		InputBits: c.InputBits, BudgetBits: c.BudgetBits, Rate: c.Rate, Lattice: c.Lattice,
-		ModBits: c.ModBits, Clients: c.roundClients(), Noise: c.mechNoise(),
+		ModBits: c.ModBits, Clients: c.roundClients(), Noise: c.mechNoise(), Trials: c.Trials,
 	}
 }
 

@@ -79,6 +79,7 @@ var runFlagHelp = [][2]string{
 	{"rate", "sdq, jopeq, laplace+sdq: bits per parameter"},
 	{"lattice", "sdq, jopeq, laplace+sdq: 1 scalar, 2 hexagonal"},
 	{"mod_bits", "ddgauss, skellam: bits per coordinate of the modular sum (2 to 18)"},
+	{"trials", "pbm: binomial trials per coordinate and client (0: 1); the secure sum's field holds clients x trials"},
 	{"transfer", "paired mechanisms: the leader sends its shared bits sealed (the papers' protocol)"},
 	{"shuffle", "a trusted shuffler delivers each parameter's reports unlinked from their clients (LDP-FL's split and shuffle; simulation only)"},
 	{"secure_aggregation", "mask the messages with SecAgg+ so the server learns only their sum (integer mechanisms, equal weights; docs/privacy.md)"},

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# User-level DP-FedAvg, measured (docs/privacy.md, "The table"): the run of
+# experiments/mnist-dpfedavg.yaml (cnn2, one local epoch, clip 0.5, server
+# momentum 0.9) on DATASET (mnist) split PARTITION (iid) among CLIENTS
+# (1000) clients, PER_ROUND (100) Poisson-sampled a round, ROUNDS (200)
+# rounds, at each user-level target eps of EPS (8 3 1; delta 1e-5, against
+# whoever gets the models), for each row of ROWS:
+#
+#   none      clipped FedAvg, no noise (the ceiling)
+#   central   central Gaussian DP-FedAvg, the server adds the noise
+#   ddgauss   distributed discrete Gaussian under secure aggregation (16 bits)
+#   skellam   Skellam under secure aggregation (16 bits)
+#   pbm       the Poisson binomial mechanism under secure aggregation (TRIALS, 1)
+#   ldpq, corbin   the seeds' defaults (eps 1 per parameter per round,
+#             updates clipped to fixed:0,0.05): their user-level eps, for contrast
+#
+# over seeds 1 to SEEDS (3): final test accuracy (mean ± standard error),
+# bits per parameter as sent, seconds per round, and the user-level eps
+# against whoever gets the models and against the server, as the ledger
+# states them (one seed's; they do not depend on it beyond sampling).
+#
+#   scripts/dp-table.sh                                   # the MNIST IID rows
+#   DATASET=fashion-mnist PARTITION=dirichlet:0.5 scripts/dp-table.sh
+#   CLIENTS=6000 PER_ROUND=600 scripts/dp-table.sh        # 10 examples a client
+#
+# Data from $FEDPQ_DATA (default ../shared/datasets); runs stay in $KEEP if set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=${FEDPQ_DATA:-$(pwd)/../shared/datasets}
+dataset=${DATASET:-mnist} partition=${PARTITION:-iid}
+clients=${CLIENTS:-1000} per_round=${PER_ROUND:-100} rounds=${ROUNDS:-200}
+seeds=${SEEDS:-3} trials=${TRIALS:-1}
+epsilons=${EPS:-8 3 1}
+rows=${ROWS:-none central ddgauss skellam pbm ldpq corbin}
+work=${KEEP:-$(mktemp -d)}
+mkdir -p "$work"
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
+go build -o "$work/fedpq" ./cmd/fedpq
+
+# settings ROW EPS: the flags of one row at one target.
+settings() {
+  case $1 in
+  none) echo "--mechanism none" ;;
+  central) echo "--mechanism none --target-epsilon $2" ;;
+  ddgauss | skellam) echo "--mechanism $1 --mod-bits 16 --secure-aggregation --target-epsilon $2" ;;
+  pbm) echo "--mechanism pbm --trials $trials --secure-aggregation --target-epsilon $2" ;;
+  ldpq | corbin) echo "--mechanism $1 --epsilon 1 --clip 0 --range fixed:0,0.05" ;;
+  *) echo "unknown row $1" >&2; exit 2 ;;
+  esac
+}
+
+echo "$dataset, $partition, $clients clients, $per_round a round (Poisson), $rounds rounds, seeds 1-$seeds"
+echo
+echo "| row | target eps | accuracy | bits/param sent | s/round | user-level eps: models | : server |"
+echo "|---|---|---|---|---|---|---|"
+for row in $rows; do
+  targets=$epsilons
+  case $row in none | ldpq | corbin) targets=- ;; esac
+  for eps in $targets; do
+    outs=()
+    for seed in $(seq 1 "$seeds"); do
+      out=$work/$dataset-$partition-$clients-$row-$eps-$seed
+      # shellcheck disable=SC2046
+      if [ -f "$out.json" ] || nice -n 10 "$work/fedpq" run --config experiments/mnist-dpfedavg.yaml \
+        --dataset "$dataset" --data-dir "$data" --partition "$partition" --clients "$clients" \
+        --clients-per-round "$per_round" --rounds "$rounds" --seed "$seed" --target-epsilon 0 \
+        $(settings "$row" "$eps") --out "$out" --quiet --format json >"$out.json" 2>"$out.err"; then
+        outs+=("$out.json")
+      else
+        rm -f "$out.json"
+        echo "$row eps $eps seed $seed failed: $(tail -1 "$out.err")" >&2
+      fi
+    done
+    python3 - "$row" "$eps" "${outs[@]}" <<'PY'
+import json, statistics, sys
+row, eps, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+runs = [json.load(open(f)) for f in files]
+if not runs:
+    print(f"| {row} | {eps} | failed | | | | |")
+    sys.exit()
+acc = [100 * r["final_accuracy"] for r in runs]
+se = statistics.stdev(acc) / len(acc) ** 0.5 if len(acc) > 1 else float("nan")
+r = runs[0]
+u = (r.get("privacy") or {}).get("user") or {}
+def e(b):
+    return "none" if not b else f"{b['eps']:.3g}"
+print(f"| {row} | {eps} | {statistics.mean(acc):.2f} ± {se:.2f}% | {r['uplink_bits_per_param']:.3g} | "
+      f"{r['seconds'] / r['rounds']:.2f} | {e(u.get('model'))} | {e(u.get('server'))} |")
+PY
+  done
+done
