@@ -112,6 +112,24 @@ func (c *Config) Input() string {
 	return c.Perturb
 }
 
+// Encoded is the sizes of the vectors a client encodes, each with its
+// range, for a model whose tensors have the sizes given: the tensors
+// themselves, or under DP-FedAvg the whole update in one (and, with an
+// adaptive clip, whether it was within the clip, in another of one value).
+func (c *Config) Encoded(tensors []int) []int {
+	if !c.DP.on() {
+		return tensors
+	}
+	total := 0
+	for _, n := range tensors {
+		total += n
+	}
+	if c.DP.Quantile > 0 {
+		return []int{total, 1}
+	}
+	return []int{total}
+}
+
 // validateDPSettings checks DP-FedAvg's numbers, before the noise is
 // calibrated from them.
 func (c *Config) validateDPSettings() error {

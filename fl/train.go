@@ -267,15 +267,13 @@ func New(cfg Config, task Task) (*Engine, error) {
 			e.radii[i] = cfg.Range.Radius
 		}
 	}
+	var tensors []int
 	for _, s := range e.specs {
 		e.params += size(s.Shape)
-		e.sizes = append(e.sizes, size(s.Shape))
+		tensors = append(tensors, size(s.Shape))
 	}
+	e.sizes = cfg.Encoded(tensors)
 	if cfg.DP.on() {
-		e.sizes = []int{e.params} // one vector, clipped whole
-		if cfg.DP.Quantile > 0 {
-			e.sizes = append(e.sizes, 1) // and whether it was within the clip
-		}
 		e.clip = cfg.DP.Clip
 		if _, err := e.updateNoise(); err != nil {
 			return nil, err

@@ -502,7 +502,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	if err != nil {
 		return nil, &badRound{fmt.Errorf("the global model: %w", err)}
 	}
-	ranges, err := decodeRanges(rs.GetRanges(), len(c.specs))
+	ranges, err := decodeRanges(rs.GetRanges(), len(c.sizes()))
 	if err != nil {
 		return nil, &badRound{err}
 	}

@@ -67,10 +67,12 @@ func encodeRanges(rs []mech.Range) []*pb.Range {
 	return out
 }
 
-// decodeRanges reads a range per tensor, each one a mechanism can use.
-func decodeRanges(rs []*pb.Range, tensors int) ([]mech.Range, error) {
-	if len(rs) != tensors {
-		return nil, fmt.Errorf("%d ranges for %d tensors", len(rs), tensors)
+// decodeRanges reads a range per vector a client encodes (fl.Config's
+// Encoded: a tensor each, or DP-FedAvg's one), each one a mechanism can
+// use.
+func decodeRanges(rs []*pb.Range, vectors int) ([]mech.Range, error) {
+	if len(rs) != vectors {
+		return nil, fmt.Errorf("%d ranges for %d encoded vectors", len(rs), vectors)
 	}
 	out := make([]mech.Range, len(rs))
 	for i, r := range rs {

@@ -445,11 +445,12 @@ func (c *Client) await(ctx context.Context, in <-chan *pb.ServerMessage, t uint3
 	}
 }
 
-// sizes is the number of parameters of each of the model's tensors.
+// sizes is the number of parameters of each vector the client encodes:
+// each of the model's tensors, or DP-FedAvg's one (fl.Config.Encoded).
 func (c *Client) sizes() []int {
 	n := make([]int, len(c.specs))
 	for i, s := range c.specs {
 		n[i] = s.Size()
 	}
-	return n
+	return c.su.Engine.Encoded(n)
 }

@@ -1,0 +1,54 @@
+package transport
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestDPFedAvgDeployed: DP-FedAvg over gRPC. With the central Gaussian, a
+// noise multiplier and a target, the server stops the run at the round
+// that would spend past the target, says so, and its summary states the
+// user-level guarantee within the target; with pbm under secure
+// aggregation every upload of every round is counted and the guarantee
+// against the server is stated.
+func TestDPFedAvgDeployed(t *testing.T) {
+	t.Run("central budget", func(t *testing.T) {
+		c := runConfig(t, "none", 4, 10)
+		c.Weighting, c.Clip, c.NoiseMultiplier, c.TargetEpsilon = "mean", 1, 3, 2
+		ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
+		for k := range 4 {
+			join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 4})
+		}
+		s := ts.wait(t)
+		u := s.Privacy.User
+		if !strings.Contains(ts.log.String(), "run stopped") || !strings.Contains(ts.log.String(), "past its target 2") {
+			t.Errorf("the server did not say the budget stopped the run:\n%s", ts.log)
+		}
+		if n := len(s.ClientRounds); n != 4 || s.ClientRounds[0] < 1 || s.ClientRounds[0] >= 10 {
+			t.Errorf("client rounds %v: want the run stopped early", s.ClientRounds)
+		}
+		if u == nil || u.Model == nil || u.Model.Eps > 2 || u.Server != nil {
+			t.Errorf("user-level ledger %+v: want eps at most 2 against the models, none against the server", u)
+		}
+	})
+	t.Run("pbm secure", func(t *testing.T) {
+		c := runConfig(t, "pbm", 6, 2)
+		c.Weighting, c.Clip, c.NoiseMultiplier, c.SecureAggregation = "mean", 1, 1, true
+		ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
+		var clients []*testClient
+		for k := range 6 {
+			clients = append(clients, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 6}))
+		}
+		s := ts.wait(t)
+		for _, tc := range clients {
+			tc.wait(t)
+		}
+		if got := rounds(t, c.Dir()); len(got) != 2 || got[0] != 6 || got[1] != 6 {
+			t.Errorf("uploads counted per round %v, want [6 6]", got)
+		}
+		if u := s.Privacy.User; u == nil || u.Server == nil || u.Model == nil || u.Server.Eps < u.Model.Eps {
+			t.Errorf("user-level ledger %+v: want a guarantee against the server", u)
+		}
+	})
+}
