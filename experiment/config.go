@@ -134,6 +134,8 @@ type Config struct {
 	// DPFTRL replaces the rounds' fresh noise by DP-FTRL's tree noise on
 	// the prefix sums (fl.DPFedAvg.Tree): no sampling needed.
 	DPFTRL bool `yaml:"dp_ftrl,omitempty"`
+	// ClipPerLayer splits Clip among the tensors (fl.DPFedAvg.PerLayer).
+	ClipPerLayer bool `yaml:"clip_per_layer,omitempty"`
 
 	// Own data (data.go, docs/data.md): where the clients' and the
 	// server's data are when the run brings its own rather than a
@@ -388,7 +390,7 @@ func (c Config) engineConfig() (fl.Config, error) {
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
 		Shuffle: c.Shuffle, Byzantine: attack, ByzantineFraction: c.ByzantineFraction,
 		DP: fl.DPFedAvg{Clip: c.Clip, Noise: c.NoiseMultiplier, TargetEpsilon: c.TargetEpsilon, Delta: c.Delta,
-			Quantile: c.ClipQuantile, QuantileNoise: c.ClipQuantileNoise, Tree: c.DPFTRL},
+			Quantile: c.ClipQuantile, QuantileNoise: c.ClipQuantileNoise, Tree: c.DPFTRL, PerLayer: c.ClipPerLayer},
 	}, nil
 }
 

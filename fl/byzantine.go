@@ -122,7 +122,7 @@ func (a Attack) Encode(m mech.Mechanism, input string, global, local [][]float32
 		if a.Kind == SignFlip {
 			s = -1
 		}
-		if input == ClippedUpdates { // the scaled update, clipped as any
+		if input == ClippedUpdates || input == ClippedLayers { // the scaled update, clipped as any
 			if err := scaledInputs("weights", global, local, s); err != nil {
 				return nil, err
 			}
@@ -133,7 +133,7 @@ func (a Attack) Encode(m mech.Mechanism, input string, global, local [][]float32
 		}
 		return encodeTensors(m, local, ranges, slot)
 	case Constant, Extreme:
-		if input == ClippedUpdates {
+		if input == ClippedUpdates || input == ClippedLayers {
 			return nil, fmt.Errorf("fl: byzantine %s is defined per tensor and range, not for DP-FedAvg's clipped updates", a.Kind)
 		}
 	}

@@ -16,6 +16,12 @@ import (
 // range. The clip is public: the server announces it with the model.
 const ClippedUpdates = "clipped-updates"
 
+// ClippedLayers is ClippedUpdates with the clip split among the tensors
+// (DPFedAvg.PerLayer): tensor i of n_i of the model's d parameters is
+// clipped to clip sqrt(n_i/d) on its own, so that the whole vector's norm
+// is still at most clip and the guarantee is the same.
+const ClippedLayers = "clipped-layers"
+
 // DPFedAvg is user-level DP-FedAvg (McMahan, Ramage, Talwar and Zhang,
 // "Learning differentially private recurrent language models", ICLR 2018;
 // Kairouz, Liu and Steinke 2021 for the distributed form): each client's
@@ -64,6 +70,10 @@ type DPFedAvg struct {
 	// QuantileNoise is the count's noise standard deviation; 0: the
 	// paper's expected clients per round / 20.
 	QuantileNoise float64
+	// PerLayer clips each tensor on its own, to Clip sqrt(its size / the
+	// model's) (ClippedLayers): a layer with large updates no longer
+	// shrinks the others, at the same guarantee.
+	PerLayer bool
 	// Tree is DP-FTRL (Kairouz, McMahan, Song, Thakkar, Thakurta and Xu,
 	// "Practical and private (deep) learning without sampling or
 	// shuffling", ICML 2021): instead of fresh noise each round, the
@@ -106,6 +116,9 @@ func (d DPFedAvg) delta() float64 {
 // Input is what a client encodes of its trained model: Perturb's weights
 // or updates, or under DP-FedAvg ClippedUpdates.
 func (c *Config) Input() string {
+	if c.DP.on() && c.DP.PerLayer {
+		return ClippedLayers
+	}
 	if c.DP.on() {
 		return ClippedUpdates
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fedpq/fedpq/corr"
+	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/model"
 	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
@@ -62,6 +63,35 @@ func TestClipUpdate(t *testing.T) {
 	}
 	if _, err := clipUpdate(make([]float32, 1), [][]float32{{0}}, [][]float32{{float32(math.NaN())}}, 1); err == nil {
 		t.Error("a NaN update was clipped")
+	}
+}
+
+// TestClipPerLayer: each tensor of a per-layer clipped update is within
+// its share of the clip, so the whole is within the clip; a tensor within
+// its share is sent as it is, and the indicator says whether any was
+// clipped.
+func TestClipPerLayer(t *testing.T) {
+	global := [][]float32{{0, 0, 0}, {0}}
+	for _, tc := range []struct {
+		local  [][]float32
+		want   []float32
+		within bool
+	}{
+		{[][]float32{{3, 4, 0}, {0.1}}, []float32{0.6, 0.8, 0, 0.1}, false}, // first share sqrt(3/4)
+		{[][]float32{{0.1, 0.2, 0}, {-0.3}}, []float32{0.1, 0.2, 0, -0.3}, true},
+	} {
+		out, err := clippedInput(global, tc.local, []mech.Range{{Radius: 2 / math.Sqrt(3)}, indicatorRange}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, w := range tc.want {
+			if math.Abs(float64(out[0][j]-w)) > 1e-6 {
+				t.Errorf("%v: value %d is %v, want %v", tc.local, j, out[0][j], w)
+			}
+		}
+		if got := out[1][0] == 1; got != tc.within || l2(out[0]) > 2/math.Sqrt(3) {
+			t.Errorf("%v: within %v, norm %v", tc.local, got, l2(out[0]))
+		}
 	}
 }
 
@@ -383,5 +413,28 @@ func TestDPFTRL(t *testing.T) {
 	}
 	if !reflect.DeepEqual(resumed.global, noisy.global) || !reflect.DeepEqual(last.Privacy.User, got[rounds-1].Privacy.User) {
 		t.Errorf("resumed: model %v, ledger %+v; want %v, %+v", resumed.global, last.Privacy.User, noisy.global, got[rounds-1].Privacy.User)
+	}
+}
+
+// BenchmarkClipUpdate: DP-FedAvg's clip of a cnn2-sized update (6,422
+// parameters in 8 tensors), which each client runs once a round.
+func BenchmarkClipUpdate(b *testing.B) {
+	sizes := []int{800, 32, 3200, 16, 2304, 9, 50, 11}
+	src := corr.Derive([]byte("bench"), "clip")
+	global, local := make([][]float32, len(sizes)), make([][]float32, len(sizes))
+	total := 0
+	for i, n := range sizes {
+		global[i], local[i] = make([]float32, n), make([]float32, n)
+		for j := range n {
+			global[i][j], local[i][j] = float32(src.NormFloat64()), float32(src.NormFloat64())
+		}
+		total += n
+	}
+	dst := make([]float32, total)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := clipUpdate(dst, global, local, 0.5); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package fl
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/fedpq/fedpq/mech"
 )
@@ -24,8 +25,8 @@ func (e *Engine) honest(_ int, p *Plan, local [][]float32, slot mech.Slot) ([][]
 // difference as one vector clipped to the one range's radius in L2 norm,
 // encoded whole.
 func Encode(m mech.Mechanism, input string, global, local [][]float32, ranges []mech.Range, slot mech.Slot) ([][]byte, error) {
-	if input == ClippedUpdates {
-		flat, err := clippedInput(global, local, ranges)
+	if input == ClippedUpdates || input == ClippedLayers {
+		flat, err := clippedInput(global, local, ranges, input == ClippedLayers)
 		if err != nil {
 			return nil, err
 		}
@@ -38,10 +39,11 @@ func Encode(m mech.Mechanism, input string, global, local [][]float32, ranges []
 }
 
 // clippedInput is a DP-FedAvg client's one vector: its update local -
-// global clipped in L2 norm to the round's first range's radius; with an
-// adaptive clip (a second range, indicatorRange), also 1 if the update's
-// norm was at most that radius, else 0.
-func clippedInput(global, local [][]float32, ranges []mech.Range) ([][]float32, error) {
+// global clipped in L2 norm to the round's first range's radius, whole or,
+// perLayer, each tensor to its share (ClippedLayers); with an adaptive
+// clip (a second range, indicatorRange), also 1 if no clipping was
+// needed, else 0.
+func clippedInput(global, local [][]float32, ranges []mech.Range, perLayer bool) ([][]float32, error) {
 	if err := toInputs("weights", global, local); err != nil { // checks the shapes only
 		return nil, err
 	}
@@ -54,8 +56,19 @@ func clippedInput(global, local [][]float32, ranges []mech.Range) ([][]float32, 
 		n += len(w)
 	}
 	flat := make([]float32, n)
-	unclipped, err := clipUpdate(flat, global, local, ranges[0].Radius)
-	if err != nil {
+	unclipped, err := true, error(nil)
+	if perLayer {
+		at := 0
+		for i, w := range local {
+			share := ranges[0].Radius * math.Sqrt(float64(len(w))/float64(n))
+			within, err := clipUpdate(flat[at:at+len(w)], global[i:i+1], local[i:i+1], share)
+			if err != nil {
+				return nil, err
+			}
+			unclipped = unclipped && within
+			at += len(w)
+		}
+	} else if unclipped, err = clipUpdate(flat, global, local, ranges[0].Radius); err != nil {
 		return nil, err
 	}
 	if len(ranges) == 1 {
