@@ -295,11 +295,7 @@ func pairBound(m mech.Mechanism, rg mech.Range, in Inputs, p uint64, o Options, 
 			}
 		}
 		for _, d := range [][2]int{{0, 1}, {1, 0}} {
-			lo := cpLower(k[d[0]], o.Samples, tail) - o.Delta
-			hi := cpUpper(k[d[1]], o.Samples, tail)
-			if lo > 0 {
-				lower = max(lower, math.Log(lo/hi))
-			}
+			lower = max(lower, epsFrom(k[d[0]], k[d[1]], o.Samples, tail, o.Delta))
 		}
 	}
 	return lower, len(sets), nil
