@@ -109,12 +109,15 @@ func (r UserResult) Mu() float64 { return r.Shift / r.SD }
 //
 //   - none: x = C e_1, the others zero (the Gaussian's loss depends on
 //     ||x|| alone, and the others' vectors add a constant);
-//   - ddgauss, skellam: x along one coordinate of the rotated space (for d
-//     a power of two, exactly: every parameter +-C/sqrt(d)), so that
-//     rounding, the only randomness of the canary's own shift, has one
-//     coordinate to round; the others zero, their noise not depending on
-//     their data and their zero vectors keeping the modular sum from
-//     wrapping;
+//   - ddgauss, skellam: x spread evenly over every coordinate of the
+//     rotated space (x = +-C e_1, which H D/sqrt(d') maps to +-C/sqrt(d')
+//     on each of the d' coordinates): the rotated vector's L1 norm, which
+//     their accounting charges besides its L2 norm (Delta1 = Bound
+//     min(sqrt(d'), Bound), mech/distdp_l2.go), is then the largest, and no
+//     coordinate of the sum nears the modular range (the canary along one
+//     rotated coordinate, sc in the scaled units, wraps skellam's 16-bit
+//     sum of 2 clients in about 1% of rounds at z = 1); the others zero,
+//     their noise not depending on their data;
 //   - pbm: x spread evenly over the fewest rotated coordinates that the
 //     norm C reaches at pbm's clip c = k C/sqrt(d), k = min(3, (z/2)
 //     sqrt(m d/n)) (mech/pbm.go): ceil(d/k^2) coordinates, each trial of
@@ -251,7 +254,7 @@ func (a *userAudit) vectors(name string, c mech.Config) error {
 		}
 	default:
 		var err error
-		if x, err = a.rotated(1); err != nil {
+		if x, err = a.rotated(a.integer.Fields(d)); err != nil {
 			return err
 		}
 	}
