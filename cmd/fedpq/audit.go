@@ -105,7 +105,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("audit", "[flags]", auditDescription, stderr)
 	def := mech.DefaultConfig()
 	var (
-		names    = fs.String("mechanism", "all", "mechanisms to audit, comma-separated, or all (see fedpq mechanisms)")
+		names    = fs.String("mechanism", "all", "mechanisms to audit, comma-separated, or all (see fedpq mechanisms; --user-level: none, ddgauss, pbm, skellam)")
 		epsList  = fs.String("epsilon", "1,4", "privacy budgets per parameter to audit, comma-separated")
 		samples  = fs.Int("samples", 10000, "views per input of each pair of inputs (as many again for the pilot that picks the events)")
 		alpha    = fs.Float64("alpha", 0.05, "error of the audit: every bound holds with probability 1-alpha")
@@ -113,7 +113,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		center   = fs.Float64("center", 0, "clipping range center c")
 		radius   = fs.Float64("radius", 1, "clipping range radius r")
 		seed     = fs.Uint64("seed", 1, "seed of every coin of the audit (same seed, same bounds)")
-		workers  = fs.Int("workers", 0, "audits run in parallel (0: all cores)")
+		workers  = fs.Int("workers", 0, "audits run in parallel (0: all cores); --user-level: runs of one audit at once")
 		format   = fs.String("format", "table", "output: table or json")
 		quiet    = fs.Bool("quiet", false, "no progress on stderr")
 		c        = def

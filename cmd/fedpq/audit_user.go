@@ -125,6 +125,8 @@ func runUserAudit(ctx context.Context, uf userFlags, cm userAuditCommon, stdout,
 		return badValue{fmt.Errorf("--clients %d must be at least 1", *uf.clients)}
 	case *uf.params < 1 || *uf.params > audit.UserMaxParams:
 		return badValue{fmt.Errorf("--params %d must be in 1..%d", *uf.params, audit.UserMaxParams)}
+	case *uf.trials < 1:
+		return badValue{fmt.Errorf("--pbm-trials %d must be at least 1", *uf.trials)}
 	case *uf.runs < 2:
 		return badValue{fmt.Errorf("--runs %d must be at least 2 (half pick the test, half are counted)", *uf.runs)}
 	case !(cm.alpha > 0 && cm.alpha < 1):
