@@ -16,6 +16,11 @@
 // Two observers are audited: one message (Message), the observer of the
 // per-parameter LDP claim, and the server's view of both messages of a pair
 // (Pair), for which docs/privacy.md derives that corbin has no epsilon.
+//
+// UserLevel audits DP-FedAvg's user-level guarantee instead (user.go): a
+// canary client's worst-case clipped update over whole runs of R rounds,
+// as the server sees the rounds' decoded sums, against UserClaim, the
+// run accountant's epsilon for the same rounds.
 package audit
 
 import (

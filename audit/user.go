@@ -120,11 +120,13 @@ func (r UserResult) Mu() float64 { return r.Shift / r.SD }
 //     their noise not depending on their data;
 //   - pbm: x spread evenly over the fewest rotated coordinates that the
 //     norm C reaches at pbm's clip c = k C/sqrt(d), k = min(3, (z/2)
-//     sqrt(m d/n)) (mech/pbm.go): ceil(d/k^2) coordinates, each trial of
-//     bias theta or nearly, where the divergence per squared bias is
-//     largest (pbm_rdp.go); the others equal to x, their trials at 1/2 +
-//     theta on those coordinates, a vertex of the accounting's worst case
-//     over the others' biases.
+//     sqrt(m d/n)) (mech/pbm.go): ceil(d/k^2) coordinates, each with the
+//     largest bias, theta (or nearly), the rest with none (the accounting
+//     bounds the divergence per squared bias over every bias up to theta,
+//     and pbm.go finds the coordinates at the clip costing most at high
+//     orders); the others equal to x, their trials at 1/2 + theta on those
+//     coordinates, a vertex of the accounting's worst case over the
+//     others' biases.
 //
 // x is found through the server's own decoder (the difference of two
 // DecodeSum calls whose field sums differ by one on the chosen rotated

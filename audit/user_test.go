@@ -223,6 +223,13 @@ func TestUserLevelErrors(t *testing.T) {
 			t.Errorf("%s z %v %+v: UserClaim accepted it", tc.name, tc.z, o)
 		}
 	}
+	// One client: the canary alone (for none, no client at all in the
+	// out world: the server's noise only).
+	for _, name := range []string{"none", "ddgauss"} {
+		if _, err := UserLevel(name, noiseConfig(1), userOpts(1, 1, 4, 10)); err != nil {
+			t.Errorf("%s, one client: %v", name, err)
+		}
+	}
 }
 
 // TestUserCanary: the canary of none, ddgauss and skellam is ±C e_1 (for
