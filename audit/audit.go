@@ -16,6 +16,11 @@
 // Two observers are audited: one message (Message), the observer of the
 // per-parameter LDP claim, and the server's view of both messages of a pair
 // (Pair), for which docs/privacy.md derives that corbin has no epsilon.
+//
+// UserLevel audits DP-FedAvg's user-level guarantee instead (user.go): a
+// canary client's worst-case clipped update over whole runs of R rounds,
+// as the server sees the rounds' decoded sums, against UserClaim, the
+// run accountant's epsilon for the same rounds.
 package audit
 
 import (
@@ -295,11 +300,7 @@ func pairBound(m mech.Mechanism, rg mech.Range, in Inputs, p uint64, o Options, 
 			}
 		}
 		for _, d := range [][2]int{{0, 1}, {1, 0}} {
-			lo := cpLower(k[d[0]], o.Samples, tail) - o.Delta
-			hi := cpUpper(k[d[1]], o.Samples, tail)
-			if lo > 0 {
-				lower = max(lower, math.Log(lo/hi))
-			}
+			lower = max(lower, epsFrom(k[d[0]], k[d[1]], o.Samples, tail, o.Delta))
 		}
 	}
 	return lower, len(sets), nil

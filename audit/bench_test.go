@@ -29,3 +29,26 @@ func BenchmarkAudit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUserRun times one run of the user-level audit, the canary's
+// world, at fedpq audit --user-level's defaults: one round of 10 clients,
+// 64 parameters, z = 1: 10 encodings (none: 9 and the server's noise),
+// their sum and its decoding, and the projection.
+func BenchmarkUserRun(b *testing.B) {
+	for _, name := range []string{"none", "ddgauss", "pbm"} {
+		a, err := newUserAudit(name, noiseConfig(1), userOpts(1, 10, 64, 2))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			var s userScratch
+			i := 0
+			for b.Loop() {
+				if _, err := a.run(1, i, &s); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}

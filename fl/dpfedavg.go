@@ -319,6 +319,17 @@ func (e *Engine) updateNoise() (float64, error) {
 	return 1 / math.Sqrt(left), nil
 }
 
+// AddServerNoise adds the central DP-FedAvg server's noise to a round's
+// sum of clipped updates: N(0, sd^2), sd = z C, to each coordinate in
+// turn, from src (in a run, the round's "dp-noise" stream of the run's
+// secret). privatize calls it; package audit's user-level audit runs the
+// same arithmetic.
+func AddServerNoise(sum []float64, sd float64, src *corr.Stream) {
+	for i := range sum {
+		sum[i] += sd * src.NormFloat64()
+	}
+}
+
 // privatize turns the mean of a DP-FedAvg round's received clipped updates
 // into the round's estimate: their sum, with the server's Gaussian noise
 // under mechanism none (drawn from the run's secret, fresh each round),
@@ -343,9 +354,7 @@ func (e *Engine) privatize(p *Plan, est [][]float64, received int) ([][]float64,
 			return nil, err
 		}
 	case sd > 0 && central:
-		for i := range sum {
-			sum[i] += sd * src.NormFloat64()
-		}
+		AddServerNoise(sum, sd, src)
 	}
 	den := e.denominator()
 	for i := range sum {

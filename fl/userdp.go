@@ -22,13 +22,15 @@ import (
 // user-level budget (DPFedAvg.TargetEpsilon).
 var ErrBudget = errors.New("the user-level privacy budget is spent")
 
-// roundEvent is what one DP-FedAvg round does with one client's data
+// RoundEvent is what one DP-FedAvg round does with one client's data
 // before any sampling, for the add/remove (or zero-out) relation: the
-// Gaussian mechanism at the updates' and the count's joint multiplier
-// (central; Andrew et al.'s Theorem 1 makes the pair one Gaussian at
-// Noise), or the L2 mechanism's Rényi curve for a vector of the model's
-// size.
-func roundEvent(m mech.Mechanism, z float64, params int) (privacy.Event, error) {
+// Gaussian mechanism at the updates' and the count's joint multiplier z
+// (central, mechanism none; Andrew et al.'s Theorem 1 makes the pair one
+// Gaussian at Noise), or the L2 mechanism m's Rényi curve for a vector of
+// params parameters (the model's size). It is the event the run's ledger
+// composes per round, and the claim package audit's user-level audit
+// tests.
+func RoundEvent(m mech.Mechanism, z float64, params int) (privacy.Event, error) {
 	l2, ok := m.(mech.L2)
 	if !ok {
 		return privacy.Gaussian{Z: z}, nil
@@ -124,7 +126,7 @@ func (c *Config) runEvent(n, d int, z float64) (privacy.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	ev, err := roundEvent(m, z, d)
+	ev, err := RoundEvent(m, z, d)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +167,7 @@ func (e *Engine) accountRound(p *Plan, received int) error {
 	if _, l2 := e.m.(mech.L2); l2 && received-e.colluders() < e.cfg.Mech.Clients {
 		e.short = append(e.short, p.T)
 	}
-	ev, err := roundEvent(e.m, e.cfg.DP.Noise, e.params)
+	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.params)
 	if err != nil {
 		return err
 	}
@@ -203,7 +205,7 @@ func (e *Engine) budget(t, online int) error {
 	} else if err := json.Unmarshal(b, next); err != nil {
 		return err
 	}
-	ev, err := roundEvent(e.m, e.cfg.DP.Noise, e.params)
+	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.params)
 	if err != nil {
 		return err
 	}
@@ -232,7 +234,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 	if _, l2 := e.m.(mech.L2); l2 {
 		u.Relation = "zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
 	}
-	ev, err := roundEvent(e.m, e.cfg.DP.Noise, e.params)
+	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.params)
 	if err != nil {
 		return nil, err
 	}

@@ -42,10 +42,24 @@ center, where docs/privacy.md shows there is no epsilon: its bound grows with
 --samples. A message bound above its claim is reported as EXCEEDS and the
 command exits with status 1.
 
+With --user-level it audits DP-FedAvg's user-level guarantee instead (docs/
+audit.md#user-level): a canary client whose clipped update has the largest
+norm, over --rounds rounds of --clients clients, against its zero update (the
+L2 mechanisms ddgauss, skellam, pbm, whose clients add the noise under secure
+aggregation) or its absence (none: the server adds Gaussian noise to the
+sum). The observer sees each round's decoded sum; the test is the projection
+of their total on the canary's direction, its threshold chosen on half of
+--runs runs per world and counted on the other half. The lower bound (a
+Clopper-Pearson bound, probability 1-alpha) is printed beside the
+accountant's epsilon for the same rounds at --delta; a bound above it is
+EXCEEDS, and the command exits with status 1.
+
 Examples:
   fedpq audit                                     # every mechanism at eps 1 and 4
   fedpq audit --mechanism ldpq,corbin --epsilon 0.5,2 --samples 50000
   fedpq audit --mechanism corbin --observer pair --format json
+  fedpq audit --user-level                        # none, ddgauss, pbm, skellam at z = 1
+  fedpq audit --user-level --mechanism none,pbm --noise-multiplier 0.5,1 --rounds 4 --runs 100000
 `
 
 // auditRow is one (mechanism, eps, observer) audit.
@@ -91,7 +105,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("audit", "[flags]", auditDescription, stderr)
 	def := mech.DefaultConfig()
 	var (
-		names    = fs.String("mechanism", "all", "mechanisms to audit, comma-separated, or all (see fedpq mechanisms)")
+		names    = fs.String("mechanism", "all", "mechanisms to audit, comma-separated, or all (see fedpq mechanisms; --user-level: none, ddgauss, pbm, skellam)")
 		epsList  = fs.String("epsilon", "1,4", "privacy budgets per parameter to audit, comma-separated")
 		samples  = fs.Int("samples", 10000, "views per input of each pair of inputs (as many again for the pilot that picks the events)")
 		alpha    = fs.Float64("alpha", 0.05, "error of the audit: every bound holds with probability 1-alpha")
@@ -99,18 +113,26 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		center   = fs.Float64("center", 0, "clipping range center c")
 		radius   = fs.Float64("radius", 1, "clipping range radius r")
 		seed     = fs.Uint64("seed", 1, "seed of every coin of the audit (same seed, same bounds)")
-		workers  = fs.Int("workers", 0, "audits run in parallel (0: all cores)")
+		workers  = fs.Int("workers", 0, "audits run in parallel (0: all cores); --user-level: runs of one audit at once")
 		format   = fs.String("format", "table", "output: table or json")
 		quiet    = fs.Bool("quiet", false, "no progress on stderr")
 		c        = def
 	)
 	fs.Float64Var(&c.Delta, "delta", def.Delta, "the delta of (eps, delta) audited, and gaussian's delta")
 	mechConfigFlags(fs, &c)
+	uf := userAuditFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *format != "table" && *format != "json" {
 		return badValue{fmt.Errorf("--format %q: want table or json", *format)}
+	}
+	if err := checkAuditMode(fs, *uf.on); err != nil {
+		return err
+	}
+	if *uf.on {
+		return runUserAudit(ctx, uf, userAuditCommon{names: *names, alpha: *alpha, delta: c.Delta, seed: *seed,
+			workers: *workers, format: *format, quiet: *quiet}, stdout, stderr)
 	}
 	var observers []audit.Observer
 	switch *observer {
