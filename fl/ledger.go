@@ -1,6 +1,8 @@
 package fl
 
 import (
+	"errors"
+
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
@@ -36,7 +38,7 @@ func (e *Engine) account(r *report.Round, p *Plan) error {
 		}
 		r.Privacy = l
 	}
-	if e.cfg.DP.on() {
+	if e.cfg.DP.on() && e.userRound(p) {
 		u, err := e.userLevel(p.T)
 		if err != nil {
 			return err
@@ -47,6 +49,17 @@ func (e *Engine) account(r *report.Round, p *Plan) error {
 		r.Privacy.User = u
 	}
 	return nil
+}
+
+// userRound reports whether round p's record states DP-FedAvg's
+// user-level guarantee: the accountant's answer costs up to a second at a
+// thousand rounds, so it is given where the run evaluates the model, at
+// the last round, and at the round after which the budget stops the run.
+func (e *Engine) userRound(p *Plan) bool {
+	if p.T%e.cfg.EvalEvery == 0 || p.T == e.cfg.Rounds {
+		return true
+	}
+	return errors.Is(e.budget(p.T+1, p.online), ErrBudget)
 }
 
 // seedUser is the user-level entry of a per-parameter LDP mechanism's

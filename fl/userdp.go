@@ -213,6 +213,10 @@ func (e *Engine) budget(t, online int) error {
 	if err := next.Compose(ev); err != nil {
 		return err
 	}
+	// RDP first: it is never below the accountant's answer, and cheap.
+	if eps, err := next.RDPEpsilon(e.cfg.DP.delta()); err == nil && eps <= target*(1+budgetSlack) {
+		return nil
+	}
 	eps, err := next.Epsilon(e.cfg.DP.delta())
 	if err != nil {
 		return err

@@ -285,6 +285,23 @@ func (a *Accountant) Guarantee(delta float64) (Guarantee, error) {
 	return g, nil
 }
 
+// RDPEpsilon is the run's epsilon at delta by RDP alone: never below what
+// Guarantee answers, and far cheaper than PLD, so a caller that only needs
+// to know whether a bound holds can try it first.
+func (a *Accountant) RDPEpsilon(delta float64) (float64, error) {
+	if err := checkDelta(delta); err != nil {
+		return 0, err
+	}
+	if len(a.atoms) == 0 {
+		return 0, nil
+	}
+	re, _ := rdpEpsilon(rdpOrders, a.rdp(), delta)
+	if math.IsInf(re, 1) {
+		return re, fmt.Errorf("privacy: no finite epsilon at delta %v for %s (RDP)", delta, a)
+	}
+	return re, nil
+}
+
 // Delta is the smallest delta for which the run so far is (eps,
 // delta)-DP as far as the accountant can tell, eps > 0: by its method, and
 // for Auto the least of PLD's (where every event has a loss distribution)

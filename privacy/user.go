@@ -37,3 +37,12 @@ type UserLevel struct {
 	Accountant string `json:"accountant"`
 	Note       string `json:"note,omitempty"`
 }
+
+// UserGuarantee is l's user-level bound against whoever gets the models,
+// or nil where l (which may be nil) states none.
+func (l *Ledger) UserGuarantee() *Bound {
+	if l == nil || l.User == nil {
+		return nil
+	}
+	return l.User.Model
+}

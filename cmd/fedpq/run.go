@@ -419,8 +419,12 @@ func runProgress(c experiment.Config, w io.Writer, quiet bool) (func(report.Roun
 				fmt.Fprintf(w, "round %d/%d  aggregate discarded: %s\n", r.Round, c.Rounds, r.Discarded)
 			}
 			if r.Accuracy != nil {
-				fmt.Fprintf(w, "round %d/%d  accuracy %.4f  loss %.4f  eps spent %g  %.1fs\n",
-					r.Round, c.Rounds, *r.Accuracy, *r.Loss, r.EpsilonSpent, r.Seconds)
+				spent := fmt.Sprintf("eps spent %g", r.EpsilonSpent)
+				if u := r.Privacy.UserGuarantee(); u != nil {
+					spent = fmt.Sprintf("user-level eps %.4g", u.Eps)
+				}
+				fmt.Fprintf(w, "round %d/%d  accuracy %.4f  loss %.4f  %s  %.1fs\n",
+					r.Round, c.Rounds, *r.Accuracy, *r.Loss, spent, r.Seconds)
 			}
 		}, func() {}
 	}
