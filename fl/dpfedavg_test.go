@@ -286,16 +286,12 @@ func TestBudgetStops(t *testing.T) {
 	}
 }
 
-// TestUserLevelResume: a run restored from its checkpoint states the same
-// user-level guarantee, to the bit, as the run that went on.
-func TestUserLevelResume(t *testing.T) {
-	cfg := dpConfig()
-	cfg.Rounds, cfg.ClientsPerRound, cfg.Sampling = 6, 4, "poisson"
-	cfg.DP = DPFedAvg{Clip: 0.5, Noise: 1.5, Quantile: 0.5, QuantileNoise: 2}
-	task := fakeTask(12, 3, func(int) int { return 1 })
-	whole, rounds := run(t, cfg, task)
+// resumeAfter runs cfg's first k rounds, restores a new engine from
+// their state and runs it to the end: the engine and its last round.
+func resumeAfter(t *testing.T, cfg Config, task Task, k int) (*Engine, report.Round) {
+	t.Helper()
 	half := cfg
-	half.Rounds = 3
+	half.Rounds = k
 	first, _ := run(t, half, task)
 	resumed, err := New(cfg, task)
 	if err != nil {
@@ -308,6 +304,18 @@ func TestUserLevelResume(t *testing.T) {
 	if err := resumed.Run(context.Background(), func(r report.Round) error { last = r; return nil }); err != nil {
 		t.Fatal(err)
 	}
+	return resumed, last
+}
+
+// TestUserLevelResume: a run restored from its checkpoint states the same
+// user-level guarantee, to the bit, as the run that went on.
+func TestUserLevelResume(t *testing.T) {
+	cfg := dpConfig()
+	cfg.Rounds, cfg.ClientsPerRound, cfg.Sampling = 6, 4, "poisson"
+	cfg.DP = DPFedAvg{Clip: 0.5, Noise: 1.5, Quantile: 0.5, QuantileNoise: 2}
+	task := fakeTask(12, 3, func(int) int { return 1 })
+	whole, rounds := run(t, cfg, task)
+	resumed, last := resumeAfter(t, cfg, task, 3)
 	want := rounds[len(rounds)-1]
 	if !reflect.DeepEqual(last.Privacy.User, want.Privacy.User) || resumed.clip != whole.clip {
 		t.Errorf("resumed: %+v, clip %v; want %+v, clip %v", last.Privacy.User, resumed.clip, want.Privacy.User, whole.clip)
@@ -397,20 +405,7 @@ func TestDPFTRL(t *testing.T) {
 		t.Errorf("ledger %+v, want model eps %v and no server guarantee", u, g.Eps)
 	}
 
-	half := cfg
-	half.Rounds = 2
-	first, _ := run(t, half, task)
-	resumed, err := New(cfg, task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := resumed.Restore(first.State()); err != nil {
-		t.Fatal(err)
-	}
-	var last report.Round
-	if err := resumed.Run(context.Background(), func(r report.Round) error { last = r; return nil }); err != nil {
-		t.Fatal(err)
-	}
+	resumed, last := resumeAfter(t, cfg, task, 2)
 	if !reflect.DeepEqual(resumed.global, noisy.global) || !reflect.DeepEqual(last.Privacy.User, got[rounds-1].Privacy.User) {
 		t.Errorf("resumed: model %v, ledger %+v; want %v, %+v", resumed.global, last.Privacy.User, noisy.global, got[rounds-1].Privacy.User)
 	}
