@@ -234,7 +234,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 		return e.treeLevel(t)
 	}
 	delta := e.cfg.DP.delta()
-	u := &privacy.UserLevel{Rounds: e.most(), Relation: privacy.AddRemove}
+	u := &privacy.UserLevel{Rounds: e.most(), Relation: privacy.AddRemove, NoiseMultiplier: e.cfg.DP.Noise}
 	if _, l2 := e.m.(mech.L2); l2 {
 		u.Relation = "zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
 	}
@@ -286,7 +286,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 // one, against whoever gets the models; none against the server, which
 // adds the noise.
 func (e *Engine) treeLevel(t int) (*privacy.UserLevel, error) {
-	u := &privacy.UserLevel{Rounds: e.most(), Relation: privacy.AddRemove,
+	u := &privacy.UserLevel{Rounds: e.most(), Relation: privacy.AddRemove, NoiseMultiplier: e.cfg.DP.Noise,
 		Amplification: "none: DP-FTRL's guarantee needs no sampling and claims none",
 		Note:          "server: trusted, it sees each clipped update and adds the tree's noise; eavesdropper: a DP-FedAvg message alone carries no guarantee"}
 	g, err := privacy.TreeWorstCase(t, max(u.Rounds, 1), 0, e.cfg.DP.Noise, e.cfg.DP.delta(), privacy.TreeOptions{})

@@ -35,6 +35,9 @@ type UserLevel struct {
 	// Accountant says how Model was computed: the method (PLD or RDP) and
 	// the events composed.
 	Accountant string `json:"accountant"`
+	// NoiseMultiplier is the noise the guarantee is for, z: the sum's
+	// standard deviation over the clip (0 where the mechanism has none).
+	NoiseMultiplier float64 `json:"noise_multiplier,omitempty"`
 	Note       string `json:"note,omitempty"`
 }
 
