@@ -38,7 +38,7 @@ type UserLevel struct {
 	// NoiseMultiplier is the noise the guarantee is for, z: the sum's
 	// standard deviation over the clip (0 where the mechanism has none).
 	NoiseMultiplier float64 `json:"noise_multiplier,omitempty"`
-	Note       string `json:"note,omitempty"`
+	Note            string  `json:"note,omitempty"`
 }
 
 // UserGuarantee is l's user-level bound against whoever gets the models,
