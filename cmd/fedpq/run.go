@@ -239,7 +239,11 @@ func printUserLevel(stdout io.Writer, u *privacy.UserLevel, delta float64) {
 		}
 		return fmt.Sprintf("eps %.4g", b.Eps)
 	}
-	fmt.Fprintf(stdout, "    against whoever gets the models: %s (noise multiplier %.4g; amplification: %s; %s)\n", at(u.Model), u.NoiseMultiplier, u.Amplification, u.Accountant)
+	noise := ""
+	if u.NoiseMultiplier > 0 {
+		noise = fmt.Sprintf("noise multiplier %.4g; ", u.NoiseMultiplier)
+	}
+	fmt.Fprintf(stdout, "    against whoever gets the models: %s (%samplification: %s; %s)\n", at(u.Model), noise, u.Amplification, u.Accountant)
 	fmt.Fprintf(stdout, "    against the server: %s, over the %d rounds of the most-sampled client\n", at(u.Server), u.Rounds)
 	fmt.Fprintf(stdout, "    against an eavesdropper on its uplink: %s\n", at(u.Eavesdropper))
 	if u.Note != "" {
