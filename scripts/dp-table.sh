@@ -57,7 +57,7 @@ for row in $rows; do
   targets=$epsilons
   case $row in none | ldpq | corbin) targets=- ;; esac
   for eps in $targets; do
-    outs=()
+    outs=() why=
     for seed in $(seq 1 "$seeds"); do
       out=$work/$dataset-$partition-$clients-$row-$eps-$seed
       # shellcheck disable=SC2046
@@ -69,14 +69,15 @@ for row in $rows; do
       else
         rm -f "$out.json"
         echo "$row eps $eps seed $seed failed: $(tail -1 "$out.err")" >&2
+        why=$(grep -o 'the smallest epsilon reachable[^:]*is [0-9.e+]*' "$out.err" | tail -1 || true)
       fi
     done
-    python3 - "$row" "$eps" "${outs[@]}" <<'PY'
+    python3 - "$row" "$eps" "${why:-failed}" "${outs[@]}" <<'PY'
 import json, statistics, sys
-row, eps, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+row, eps, why, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 runs = [json.load(open(f)) for f in files]
 if not runs:
-    print(f"| {row} | {eps} | failed | | | | |")
+    print(f"| {row} | {eps} | {why} | | | | |")
     sys.exit()
 acc = [100 * r["final_accuracy"] for r in runs]
 se = statistics.stdev(acc) / len(acc) ** 0.5 if len(acc) > 1 else float("nan")
