@@ -49,6 +49,21 @@ func (p *Plan) SecAgg() (*secagg.Server, secagg.Params, [32]byte) {
 	return nil, secagg.Params{}, [32]byte{}
 }
 
+// Unmask removes the masks from a secure round's sum of uploads (secagg's
+// Server.Sum, which checks the revealed shares and rebuilds the secrets
+// on all cores), for End, which then only decodes it, and releases the
+// protocol's state (secagg's Server.Release): a deployed server calls it
+// once no message can reach the round's protocol, outside its lock. It
+// does nothing for a round that is not secure or has no upload, and End
+// unmasks the sum itself when it was not called.
+func (p *Plan) Unmask() {
+	if s, ok := p.agg.(*secure); ok && s.count() > 0 && !s.unmasked {
+		s.sum, s.sumErr = s.unmaskedSum()
+		s.unmasked = true
+		s.server.Release()
+	}
+}
+
 // MaskedBytes is the size of a masked upload in a secure round.
 func (p *Plan) MaskedBytes() int {
 	if s, ok := p.agg.(*secure); ok {

@@ -118,6 +118,14 @@ func (g *graph) neighbours(i uint64) []uint64 {
 	return out
 }
 
+// degree is the number of neighbours of each client.
+func (g *graph) degree() int {
+	if g.complete {
+		return len(g.order) - 1
+	}
+	return 2 * g.half
+}
+
 func (g *graph) adjacent(i, j uint64) bool {
 	if i == j {
 		return false

@@ -436,6 +436,45 @@ func TestExactSum(t *testing.T) {
 	}
 }
 
+// TestRelease: once the sum is taken, Release drops the round's state;
+// every step then fails, and the round's verdicts still answer.
+func TestRelease(t *testing.T) {
+	p := Params{Bits: 16, Degree: 16, Seed: [32]byte{9}}
+	p.Threshold = MinThreshold(40, p.Degree, testPolicy.Corrupt)
+	ids := seq(40)
+	in := randomInputs(ids, 10, p.Bits, "release")
+	srv, cl, partners := shared(t, p, ids, "release")
+	for _, id := range ids {
+		y, err := cl[id].Mask(in[id], partners[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.AddMasked(id, y); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum, err := unmask(t, srv, cl, func(uint64) bool { return true })
+	if err != nil || !slices.Equal(sum, plainSum(in, ids, p.Bits)) {
+		t.Fatalf("sum: %v", err)
+	}
+	srv.Release()
+	if _, err := srv.Sum(); err != errPhase {
+		t.Errorf("Sum after Release: %v", err)
+	}
+	if _, err := srv.Request(); err != errPhase {
+		t.Errorf("Request after Release: %v", err)
+	}
+	if err := srv.AddReveal(ids[0], Reveal{}); err != errPhase {
+		t.Errorf("AddReveal after Release: %v", err)
+	}
+	if err := srv.AddKeys(ids[0], cl[ids[0]].Keys()); err != errPhase {
+		t.Errorf("AddKeys after Release: %v", err)
+	}
+	if len(srv.WrongShares()) != 0 || len(srv.Excluded()) != 0 || srv.Threshold() != p.Threshold {
+		t.Error("the round's verdicts changed")
+	}
+}
+
 // TestBehaviours plays every deviation of one client, and of two at once,
 // in a complete graph of 5 clients and a sparse graph of 80: every honest
 // client's input is counted, the deviant's is counted exactly when the
@@ -588,9 +627,9 @@ func TestManyWrongReveals(t *testing.T) {
 				t.Error("wrong sum")
 			}
 			tried := map[uint64]bool{}
-			for _, shares := range []map[uint64]map[uint64]revealed{srv.self, srv.pair} {
-				for _, sh := range shares {
-					for _, h := range slices.Sorted(maps.Keys(sh))[:srv.threshold] {
+			for _, shares := range []map[uint64][]byte{srv.self, srv.pair} {
+				for _, recs := range shares {
+					for _, h := range slices.Sorted(maps.Keys(revealedShares(recs)))[:srv.threshold] {
 						tried[h] = slices.Contains(liars, h)
 					}
 				}

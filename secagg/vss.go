@@ -145,9 +145,11 @@ type Values struct {
 	// ParseValues, so that the server keeps it without encoding again.
 	// Whoever changes B or S sets it to nil.
 	raw []byte
-	// checked is set by Server.CheckDealing: they lie on polynomials of
-	// degree below the threshold, and S(0) is the dealer's key.
-	checked bool
+	// checkedBy and dealer are set by Server.CheckDealing: they are
+	// dealer's, on polynomials of degree below checkedBy's threshold, S(0)
+	// its key. Such values are kept in raw only.
+	checkedBy *Server
+	dealer    uint64
 }
 
 // values evaluates and commits to b and s at 0..m.
@@ -317,6 +319,9 @@ func msm(points []group.Element, scalars []group.Scalar) group.Element {
 			}
 		}
 	}
+	// Emptied with Set(zero), not Set(grp.Identity()): that allocated 2^c
+	// elements a window, half a megabyte of garbage a dealing checked.
+	zero := grp.Identity()
 	buckets := make([]group.Element, 1<<c)
 	for d := range buckets {
 		buckets[d] = grp.Identity()
@@ -327,15 +332,15 @@ func msm(points []group.Element, scalars []group.Scalar) group.Element {
 			result.Dbl(result)
 		}
 		for d := range buckets {
-			buckets[d].Set(grp.Identity())
+			buckets[d].Set(zero)
 		}
 		for i, p := range points {
 			if d := digit(digits[i], at); d != 0 {
 				buckets[d].Add(buckets[d], p)
 			}
 		}
-		running.Set(grp.Identity())
-		sum.Set(grp.Identity())
+		running.Set(zero)
+		sum.Set(zero)
 		for d := len(buckets) - 1; d >= 1; d-- {
 			running.Add(running, buckets[d])
 			sum.Add(sum, running)

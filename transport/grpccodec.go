@@ -46,14 +46,25 @@ func newSharedStart(own *pb.RoundStart, shared []byte) *sharedStart {
 	return &sharedStart{head: head, shared: shared}
 }
 
-// messageCodec is gRPC's proto codec with two changes, for memory: it sends
-// a sharedStart from its parts, the shared part written to every client
-// from one buffer (which gRPC never frees: mem.SliceBuffer); and a message
-// over pooledBytes is encoded into, and decoded from, a buffer of its own
-// size. gRPC's codec takes such buffers from its pool's 1 MiB tier: a
-// fleet of 1,000 secure clients receiving their round starts of 71 KB
-// (10,000 clients' ids and a linear model) held 1,000 of them, a gigabyte
-// against its GOMEMLIMIT, and the fleet's garbage collector thrashed.
+// An encoded is a ServerMessage already in wire form, of the kind named
+// (its body's field): a message the server queues for every client of a
+// step at once, each client's delivery (inboxMessage), smaller encoded
+// than as structs, or the unmask request, the same for every survivor and
+// encoded once.
+type encoded struct {
+	b    []byte
+	kind string
+}
+
+// messageCodec is gRPC's proto codec with three changes, for memory: it
+// sends an encoded as it is; it sends a sharedStart from its parts, the
+// shared part written to every client from one buffer (which gRPC never
+// frees: mem.SliceBuffer); and a message over pooledBytes is encoded into,
+// and decoded from, a buffer of its own size. gRPC's codec takes such
+// buffers from its pool's 1 MiB tier: a fleet of 1,000 secure clients
+// receiving their round starts of 71 KB (10,000 clients' ids and a linear
+// model) held 1,000 of them, a gigabyte against its GOMEMLIMIT, and the
+// fleet's garbage collector thrashed.
 type messageCodec struct{ encoding.CodecV2 }
 
 // pooledBytes is the largest message whose buffer comes from gRPC's pool:
@@ -68,6 +79,8 @@ func (c messageCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *sharedStart:
 		return mem.BufferSlice{mem.SliceBuffer(m.head), mem.SliceBuffer(m.shared)}, nil
+	case *encoded:
+		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
 	case proto.Message:
 		if proto.Size(m) > pooledBytes {
 			b, err := proto.MarshalOptions{UseCachedSize: true}.Marshal(m)

@@ -1,11 +1,14 @@
 package transport
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fedpq/fedpq/secagg"
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
 )
 
@@ -69,6 +72,57 @@ func TestLargeMessages(t *testing.T) {
 			if !proto.Equal(&got, want) {
 				t.Fatalf("%d bytes in %d pieces: decoded another message", n, len(pieces))
 			}
+		}
+	}
+}
+
+// TestInboxMessage checks that a delivery encoded by inboxMessage is, byte
+// for byte, the message proto.Marshal makes of it, and is sent as it is:
+// with dealer 0 and holder 0 (fields proto3 leaves out), a missing
+// signature, round 0, an empty delivery and a large one.
+func TestInboxMessage(t *testing.T) {
+	bytes := func(n int, seed byte) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = seed + byte(i)
+		}
+		return b
+	}
+	large := map[uint64]secagg.Delivery{}
+	for from := range uint64(300) {
+		large[from*7] = secagg.Delivery{Values: bytes(64, byte(from)), Sealed: bytes(96, byte(from+1))}
+	}
+	for _, c := range []struct {
+		t, to uint32
+		in    map[uint64]secagg.Delivery
+		sigs  map[uint32][]byte
+	}{
+		{1, 5, map[uint64]secagg.Delivery{0: {Values: bytes(64, 1), Sealed: bytes(96, 2)}, 9: {Values: bytes(64, 3), Sealed: bytes(96, 4)}},
+			map[uint32][]byte{0: bytes(64, 5), 9: bytes(64, 6)}},
+		{300, 0, map[uint64]secagg.Delivery{4: {Values: bytes(64, 1), Sealed: bytes(96, 2)}, 1 << 20: {Sealed: bytes(96, 4)}},
+			map[uint32][]byte{4: bytes(64, 5)}},
+		{0, 2, map[uint64]secagg.Delivery{}, nil},
+		{1, 3, large, map[uint32][]byte{7: bytes(64, 9), 14: bytes(64, 10)}},
+	} {
+		m := &pb.SecAggShares{Round: c.t}
+		for _, from := range slices.Sorted(maps.Keys(c.in)) {
+			m.Shares = append(m.Shares, &pb.SecAggShare{From: uint32(from), To: c.to, Ciphertext: c.in[from].Sealed,
+				Values: c.in[from].Values, Signature: c.sigs[uint32(from)]})
+		}
+		want, err := proto.Marshal(&pb.ServerMessage{Body: &pb.ServerMessage_SecaggInbox{SecaggInbox: m}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := inboxMessage(c.t, c.to, c.in, c.sigs)
+		if !slices.Equal(e.b, want) || cap(e.b) != len(e.b) {
+			t.Errorf("round %d, holder %d: %d bytes (capacity %d), proto.Marshal %d", c.t, c.to, len(e.b), cap(e.b), len(want))
+		}
+		if kindOf(e) != kind(&pb.ServerMessage{Body: &pb.ServerMessage_SecaggInbox{}}) {
+			t.Errorf("kind %q", kindOf(e))
+		}
+		data, err := newMessageCodec().Marshal(e)
+		if err != nil || !slices.Equal(data.Materialize(), want) {
+			t.Errorf("the codec sends %d bytes (%v), want %d", data.Len(), err, len(want))
 		}
 	}
 }

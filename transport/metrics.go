@@ -298,6 +298,8 @@ func kindOf(payload any) string {
 		return kind(m)
 	case *sharedStart:
 		return "round_start"
+	case *encoded:
+		return m.kind
 	}
 	return "other"
 }

@@ -316,13 +316,15 @@ func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time)
 wait:
 	for {
 		s.mu.Lock()
-		open := len(rd.waitingFor()) > 0
+		var open bool
 		var step <-chan time.Time
 		if rd.secure != nil {
 			// A secure round ends when its protocol does; each step
 			// has a deadline of its own.
 			open = !s.advance(rd, time.Now())
 			step = time.After(time.Until(rd.secure.due))
+		} else {
+			open = len(rd.waitingFor()) > 0
 		}
 		ch := s.changed
 		s.mu.Unlock()
@@ -356,9 +358,16 @@ wait:
 		rd.phases.mark("uploads")
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.round = nil
 	s.notify()
+	if rd.secure != nil {
+		// No message reaches the round's protocol any more (s.round is
+		// nil): its sum is unmasked outside the lock, on all cores.
+		s.mu.Unlock()
+		plan.Unmask()
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
 	var late []int
 	for _, pos := range rd.waitingFor() {
 		late = append(late, plan.Clients[pos])

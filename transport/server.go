@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -91,6 +92,11 @@ type Server struct {
 	fleet  bool // MinClients was left to its default: the whole fleet, for up to Grace
 	paired bool // the mechanism pairs clients, so the server relays key shares
 	sealed int  // transfer mode: the size of a leader's sealed bits; 0 otherwise
+	// checks holds a slot per dealing checked outside the lock
+	// (preDealing), GOMAXPROCS of them: a dealing being checked holds its
+	// parsed commitments (31 KB at degree 96), and 10,000 dealings
+	// arriving faster than 2 cores check them held 350 MB at once.
+	checks chan struct{}
 
 	mu       sync.Mutex
 	pins     *pins                // token mode: each id's first key
@@ -225,7 +231,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	s := &Server{
 		cfg: cfg, su: su, eng: eng, rec: rec, runID: id, yaml: y, log: cfg.Log,
 		fleet: fleet, paired: m.Coupling() == mech.Paired, pins: pinned, joined: map[uint32]time.Time{},
-		sessions: map[uint32]*session{}, changed: make(chan struct{}),
+		sessions: map[uint32]*session{}, changed: make(chan struct{}), checks: make(chan struct{}, runtime.GOMAXPROCS(0)),
 	}
 	if s.paired && su.Engine.Transfer {
 		s.sealed = fl.TransferBytes(m, numParams(su.Arch().Tensors())) + corr.SealedOverhead
@@ -334,9 +340,13 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 		// A round's start is encoded once for every client (sharedStart),
 		// and large messages take no buffer of gRPC's 1 MiB tier.
 		grpc.ForceServerCodecV2(newMessageCodec()),
-		// The read buffer is held for the connection's life: gRPC's 32 KiB
-		// default was 293 MB of a 10,000-client server's heap.
-		grpc.ReadBufferSize(readBuffer),
+		// No read buffer: gRPC holds one for the connection's life (its
+		// 32 KiB default was 293 MB of a 10,000-client server's heap, 8 KiB
+		// still 80 MB), and reads a frame's header and payload from the
+		// connection instead, a data frame's payload into a buffer of its
+		// pool. The clients send a few messages a round: the reads it
+		// costs are a few tens a client.
+		grpc.ReadBufferSize(0),
 		grpc.ConnectionTimeout(s.cfg.JoinTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: s.cfg.JoinTimeout, Time: time.Minute, Timeout: pingTimeout,
@@ -398,8 +408,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	return sum, err
 }
 
-// readBuffer is the size of a connection's read buffer, server and
-// client: a message larger than it is read in several calls.
+// readBuffer is the size of a client's connection's read buffer (the
+// server has none): a message larger than it is read in several calls.
 const readBuffer = 8 << 10
 
 // pingTimeout is how long a keepalive ping has to be answered, by the

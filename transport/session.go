@@ -400,9 +400,10 @@ func (s *Server) drop(sess *session) {
 // fit the round is refused with a log line (and, for an upload, a
 // Receipt saying why); the session and the round go on.
 func (s *Server) handle(sess *session, m *pb.ClientMessage) {
-	var pre *checkedDealing
 	if d := m.GetSecaggShares(); d != nil {
-		pre = s.preDealing(sess, d)
+		// The message is not held from here on: see dealing.
+		s.handleDealing(sess, newDealing(sess.id, d))
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -421,9 +422,9 @@ func (s *Server) handle(sess *session, m *pb.ClientMessage) {
 			r.Error = err.Error()
 		}
 		sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Receipt{Receipt: r}})
-	case *pb.ClientMessage_SecaggKeys, *pb.ClientMessage_SecaggShares, *pb.ClientMessage_SecaggCheck,
+	case *pb.ClientMessage_SecaggKeys, *pb.ClientMessage_SecaggCheck,
 		*pb.ClientMessage_SecaggConsent, *pb.ClientMessage_SecaggReveal, *pb.ClientMessage_SecaggDisclosure:
-		err = s.secureMessage(sess, m, pre)
+		err = s.secureMessage(sess, m, nil, nil)
 	case *pb.ClientMessage_Decline:
 		err = s.decline(sess, b.Decline)
 	case *pb.ClientMessage_Join:
@@ -436,6 +437,21 @@ func (s *Server) handle(sess *session, m *pb.ClientMessage) {
 		s.refuse(sess, err)
 	}
 }
+
+// handleDealing is handle for a client's dealing: checked first outside
+// the lock (preDealing), then recorded under it.
+func (s *Server) handleDealing(sess *session, d *dealing) {
+	pre := s.preDealing(sess, d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.secureMessage(sess, nil, d, pre); err != nil {
+		s.cfg.Metrics.refusedMessage(dealingMessage)
+		s.refuse(sess, err)
+	}
+}
+
+// dealingMessage stands for a dealing in the refused messages' metrics.
+var dealingMessage = &pb.ClientMessage{Body: &pb.ClientMessage_SecaggShares{SecaggShares: &pb.SecAggShares{}}}
 
 // refuse counts and logs a refused message: the first few of each round,
 // so that a flood cannot fill the log, and it closes the session of a
