@@ -148,7 +148,7 @@ func TestPoissonSampling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := e.rate(); q != 0.2 {
+	if q := e.cfg.rate(len(e.examples)); q != 0.2 {
 		t.Fatalf("rate %v, want 0.2", q)
 	}
 	count, online := make([]int, 50), make([]int, 50)
@@ -431,5 +431,49 @@ func BenchmarkClipUpdate(b *testing.B) {
 		if _, err := clipUpdate(dst, global, local, 0.5); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestDPClaims checks the numbers docs/privacy.md states of DP-FedAvg's
+// setup: an L2 mechanism's noise is sized for 55 honest clients of 100
+// expected under Poisson sampling and secure aggregation (100 - 4 sqrt(100)
+// - 5 colluders); the adaptive clip leaves the updates the multiplier with
+// z^-2 = z_update^-2 + (2 sigma_b)^-2; fixed-size sampling gives the
+// accountant m of n draws of the Gaussian at half the multiplier
+// (replace-one), and an L2 curve no amplification.
+func TestDPClaims(t *testing.T) {
+	c := dpConfig()
+	c.ClientsPerRound, c.Sampling, c.SecureAggregation = 100, "poisson", true
+	if got := c.noiseClients(1000); got != 55 {
+		t.Errorf("noise sized for %d clients, want 55", got)
+	}
+	c.Sampling, c.SecureAggregation = "fixed", false
+	if got := c.noiseClients(1000); got != 100 {
+		t.Errorf("fixed, not secure: noise sized for %d clients, want 100", got)
+	}
+
+	c = dpConfig()
+	c.DP = DPFedAvg{Clip: 1, Noise: 1.5, Quantile: 0.5, QuantileNoise: 2}
+	e, err := New(c, fakeTask(4, 3, func(int) int { return 1 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zu, err := e.updateNoise()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if joint := 1 / math.Sqrt(1/(zu*zu)+1/(4*2.0*2.0)); math.Abs(joint-1.5) > 1e-12 {
+		t.Errorf("updates at %v and count at 2 make %v, want 1.5", zu, joint)
+	}
+
+	c = dpConfig()
+	c.ClientsPerRound = 10
+	ev, why := c.sampled(privacy.Gaussian{Z: 3}, "none", 100, 40)
+	if want := (privacy.FixedSampled{M: 10, N: 40, Event: privacy.Gaussian{Z: 1.5}}); ev != want || !strings.Contains(why, "10 of 40") {
+		t.Errorf("fixed-size sampling: %#v (%s), want %#v", ev, why, want)
+	}
+	curve := privacy.RDPCurve{Name: "pbm"}
+	if ev, why := c.sampled(curve, "pbm", 100, 40); ev.(privacy.RDPCurve).Name != "pbm" || !strings.Contains(why, "use sampling: poisson") {
+		t.Errorf("an L2 curve under fixed-size sampling: %#v (%s)", ev, why)
 	}
 }

@@ -129,7 +129,7 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 // a uniformly random subset of ClientsPerRound, or under Poisson sampling
 // each with probability q = ClientsPerRound over the clients enrolled.
 func (e *Engine) sample(t int, online []int) []int {
-	if q := e.rate(); q < 1 && e.cfg.Sampling == "poisson" {
+	if q := e.cfg.rate(len(e.examples)); q < 1 && e.cfg.Sampling == "poisson" {
 		src := corr.Derive(e.secret, "sample", uint64(t))
 		var sel []int
 		for _, k := range online {
@@ -153,11 +153,11 @@ func (e *Engine) sample(t int, online []int) []int {
 	return sel
 }
 
-// rate is the probability that a round samples a given client: 1 when
-// every client online takes part.
-func (e *Engine) rate() float64 {
-	if k := e.cfg.ClientsPerRound; k > 0 && k < len(e.examples) {
-		return float64(k) / float64(len(e.examples))
+// rate is the probability that a round samples a given client of n
+// enrolled: 1 when every client online takes part.
+func (c *Config) rate(n int) float64 {
+	if k := c.ClientsPerRound; k > 0 && k < n {
+		return float64(k) / float64(n)
 	}
 	return 1
 }

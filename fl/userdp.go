@@ -52,22 +52,22 @@ func RoundEvent(m mech.Mechanism, z float64, params int) (privacy.Event, error) 
 // only tighten epsilons below about ln(1/delta)/64 (0.2 at delta 1e-5).
 const l2MaxOrder = 64
 
-// sampled is ev on a round drawn from online clients by the run's
-// sampling, as the accountant takes it, and what it amplifies by: Poisson
-// sampling at the run's rate, or fixed-size sampling of k of the online
-// clients (replace-one: the central Gaussian's sensitivity doubles); ev
-// itself where every client online takes part, or where the mechanism
-// states no replace-one curve.
-func (e *Engine) sampled(ev privacy.Event, online int) (privacy.Event, string) {
-	q := e.rate()
-	k := e.cfg.ClientsPerRound
+// sampled is ev on a round drawn from online of n enrolled clients by the
+// run's sampling, as the accountant takes it, and what it amplifies by:
+// Poisson sampling at the run's rate, or fixed-size sampling of k of the
+// online clients (replace-one: the central Gaussian's sensitivity
+// doubles); ev itself where every client online takes part, or where
+// mechanism states no replace-one curve.
+func (c *Config) sampled(ev privacy.Event, mechanism string, n, online int) (privacy.Event, string) {
+	q := c.rate(n)
+	k := c.ClientsPerRound
 	switch {
-	case e.cfg.Sampling == "poisson" && q < 1:
+	case c.Sampling == "poisson" && q < 1:
 		return privacy.PoissonSampled{Rate: q, Event: ev}, fmt.Sprintf("Poisson sampling at rate %.4g, the server's secret draw", q)
 	case k > 0 && k < online:
 		g, ok := ev.(privacy.Gaussian)
 		if !ok {
-			return ev, fmt.Sprintf("none: %s states its curve for add/remove only, and fixed-size sampling's relation is replace-one (use sampling: poisson)", e.m.Name())
+			return ev, fmt.Sprintf("none: %s states its curve for add/remove only, and fixed-size sampling's relation is replace-one (use sampling: poisson)", mechanism)
 		}
 		return privacy.FixedSampled{M: k, N: online, Event: privacy.Gaussian{Z: g.Z / 2}},
 			fmt.Sprintf("fixed-size sampling, %d of %d clients, the server's secret draw", k, online)
@@ -130,8 +130,7 @@ func (c *Config) runEvent(n, d int, z float64) (privacy.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: *c, m: m, examples: make([]int, n)}
-	ev, _ = e.sampled(ev, n)
+	ev, _ = c.sampled(ev, c.Mechanism, n, n)
 	return privacy.Composed{Event: ev, Count: c.Rounds}, nil
 }
 
@@ -171,7 +170,7 @@ func (e *Engine) accountRound(p *Plan, received int) error {
 	if err != nil {
 		return err
 	}
-	ev, _ = e.sampled(ev, p.online)
+	ev, _ = e.cfg.sampled(ev, e.m.Name(), len(e.examples), p.online)
 	return e.acct.Compose(ev)
 }
 
@@ -209,7 +208,7 @@ func (e *Engine) budget(t, online int) error {
 	if err != nil {
 		return err
 	}
-	ev, _ = e.sampled(ev, online)
+	ev, _ = e.cfg.sampled(ev, e.m.Name(), len(e.examples), online)
 	if err := next.Compose(ev); err != nil {
 		return err
 	}
@@ -242,7 +241,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, u.Amplification = e.sampled(ev, len(e.examples))
+	_, u.Amplification = e.cfg.sampled(ev, e.m.Name(), len(e.examples), len(e.examples))
 	if r := e.acct.Relation(); r == privacy.ReplaceOne {
 		u.Relation = r
 	}

@@ -222,7 +222,7 @@ func (s *Server) AddShares(from uint64, d Dealing) error {
 		}
 	}
 	for j, ct := range d.Sealed {
-		in := growRecords(s.inbox[j], inboxRecord, s.g.degree())
+		in := GrowRecords(s.inbox[j], inboxRecord, s.g.degree())
 		s.inbox[j] = append(binary.LittleEndian.AppendUint64(in, from), ct...)
 	}
 	if checked { // its encoding, read by ParseValues into a buffer of its own
@@ -318,12 +318,13 @@ func (s *Server) Deliveries(to uint64) (map[uint64]Delivery, error) {
 // map of its own, held 40 MB more than their bytes.
 const inboxRecord = 8 + sealedBytes
 
-// growRecords makes room in buf, a list of records of size bytes, for one
+// GrowRecords makes room in buf, a list of records of size bytes, for one
 // more, of at most most: it doubles from 16 records, and the last growth
-// is to most. A holder's inbox so holds about what has arrived, not room
-// for every neighbour's from the first: while dealings arrive faster than
-// a deployed server checks them, those waiting hold their bytes already.
-func growRecords(buf []byte, size, most int) []byte {
+// is to most. A holder's inbox (and a deployed server's record of the
+// shares' signatures) so holds about what has arrived, not room for every
+// neighbour's from the first: while dealings arrive faster than a deployed
+// server checks them, those waiting hold their bytes already.
+func GrowRecords(buf []byte, size, most int) []byte {
 	if len(buf)+size <= cap(buf) {
 		return buf
 	}
@@ -613,7 +614,7 @@ func (s *Server) AddReveal(from uint64, r Reveal) error {
 		}
 	}
 	for _, sh := range got {
-		rec := growRecords(sh.into[sh.owner], revealedRecord, s.g.degree()+1)
+		rec := GrowRecords(sh.into[sh.owner], revealedRecord, s.g.degree()+1)
 		rec = binary.LittleEndian.AppendUint64(rec, from)
 		rec = binary.LittleEndian.AppendUint32(rec, uint32(s.point(sh.owner, from)))
 		sh.into[sh.owner] = append(rec, sh.b...)

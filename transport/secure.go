@@ -123,23 +123,6 @@ func secaggCheckSigned(runID []byte, c *pb.SecAggCheck) []byte {
 // 10,000 clients.
 const signedRecord = 4 + ed25519.SignatureSize
 
-// growRecords makes room in buf, a list of records of size bytes, for one
-// more, of at most most: it doubles from 16 records, and the last growth
-// is to most. A holder's signatures so take about the room of those that
-// have arrived, not of every neighbour's from the first: while dealings
-// arrive faster than the server checks them, those waiting hold theirs
-// already (secagg keeps its inboxes so).
-func growRecords(buf []byte, size, most int) []byte {
-	if len(buf)+size <= cap(buf) {
-		return buf
-	}
-	n := max(2*cap(buf), 16*size)
-	if limit := most * size; n > limit && len(buf)+size <= limit {
-		n = limit
-	}
-	return append(make([]byte, 0, max(n, len(buf)+size)), buf...)
-}
-
 // advance moves a secure round on when its step is complete, or due: it
 // sends what the next step needs and reports whether the round's uploads
 // are all in and unmasked. s.mu is held.
@@ -606,7 +589,7 @@ func (s *Server) secureStep(sess *session, m *pb.ClientMessage, d *dealing, pre 
 			return round, err
 		}
 		for to, sig := range sigs {
-			rec := growRecords(sr.signed[to], signedRecord, sr.srv.Degree())
+			rec := secagg.GrowRecords(sr.signed[to], signedRecord, sr.srv.Degree())
 			sr.signed[to] = append(binary.LittleEndian.AppendUint32(rec, id), sig...)
 		}
 		sr.dealt[id] = true
