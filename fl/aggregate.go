@@ -138,6 +138,15 @@ func (a *aggregate) decode(pos int, u Upload) error {
 
 func (a *aggregate) count() int { return a.n }
 
+// addShare adds the server's share of an L2 mechanism's noise (topUp) to
+// the sums, not counted as an upload.
+func (a *aggregate) addShare(payload []byte) error {
+	if a.weighted || len(a.sums) != 1 {
+		return fmt.Errorf("fl: a share of the noise goes to one unweighted sum, not %d", len(a.sums))
+	}
+	return a.sums[0].Add(payload, mech.Slot{})
+}
+
 func (a *aggregate) mean() ([][]float64, error) {
 	est := make([][]float64, len(a.sizes))
 	for i, n := range a.sizes {

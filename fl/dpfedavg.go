@@ -330,17 +330,18 @@ func AddServerNoise(sum []float64, sd float64, src *corr.Stream) {
 	}
 }
 
-// privatize turns the mean of a DP-FedAvg round's received clipped updates
-// into the round's estimate: their sum, with the server's Gaussian noise
+// privatize turns the mean of a DP-FedAvg round's summed messages (the
+// clipped updates received, and with an L2 mechanism the server's shares
+// of the noise, topUp) into the round's estimate: their sum, with the server's Gaussian noise
 // under mechanism none (drawn from the run's secret, fresh each round),
 // over the denominator, cut into tensors. With an adaptive clip it also
 // moves the clip for the next round, from the noisy count of the clients
 // whose update it did not clip.
-func (e *Engine) privatize(p *Plan, est [][]float64, received int) ([][]float64, error) {
+func (e *Engine) privatize(p *Plan, est [][]float64, summed int) ([][]float64, error) {
 	mean := est[0]
 	sum := make([]float64, len(mean))
 	for i, v := range mean {
-		sum[i] = v * float64(received)
+		sum[i] = v * float64(summed)
 	}
 	central := e.m.Name() == "none"
 	src := corr.Derive(e.secret, "dp-noise", uint64(p.T))
@@ -361,7 +362,7 @@ func (e *Engine) privatize(p *Plan, est [][]float64, received int) ([][]float64,
 		sum[i] /= den
 	}
 	if e.cfg.DP.Quantile > 0 {
-		count := est[1][0]*float64(received) + e.quantileNoise()*src.NormFloat64()
+		count := est[1][0]*float64(summed) + e.quantileNoise()*src.NormFloat64()
 		e.clip *= math.Exp(-clipLR * (count/den - e.cfg.DP.Quantile))
 	}
 	return e.unflatten(sum), nil

@@ -135,6 +135,56 @@ func TestCentralNoise(t *testing.T) {
 	}
 }
 
+// TestTopUp: an L2 mechanism's round sum carries the noise of H clients
+// whoever uploads. With 4 of 8 clients a round and half of them dropping
+// out, the server adds the missing shares: the noise on the model has the
+// standard deviation z C/4 of all 4 (without the server's shares it would
+// be sqrt(survivors/4) of that, 0.71 at 2 survivors); a secure round of
+// all 8, 15% dropping, likewise. 4,096 coordinates
+// estimate it within 2.5% (about 2.2 standard errors, with the
+// mechanisms' rounding noise inside it); each mechanism in a plain and a
+// secure round.
+func TestTopUp(t *testing.T) {
+	const dim, clients, z, clip = 4096, 8, 2.0, 100.0
+	task := fakeTask(clients, dim, func(int) int { return 1 })
+	for _, name := range []string{"skellam", "ddgauss", "pbm"} {
+		for _, secure := range []bool{false, true} {
+			cfg := dpConfig()
+			cfg.Mechanism, cfg.DP.Clip, cfg.DP.Noise = name, clip, z
+			cfg.ClientsPerRound, cfg.Dropout, cfg.SecureAggregation = 4, 0.5, secure
+			if secure {
+				cfg.ClientsPerRound, cfg.Dropout = 8, 0.15 // a secure round of 8 needs 6 survivors
+			}
+			e, rounds := run(t, cfg, task)
+			sel := e.sample(1, []int{0, 1, 2, 3, 4, 5, 6, 7})
+			drop := e.dropouts(1, len(sel))
+			var kept []int
+			for i, k := range sel {
+				if !drop[i] {
+					kept = append(kept, k)
+				}
+			}
+			if rounds[0].Clients != len(kept) || len(kept) == len(sel) {
+				t.Fatalf("%s: %d survivors of %d, the round says %d", name, len(kept), len(sel), rounds[0].Clients)
+			}
+			den := float64(len(sel))
+			var ss float64
+			for j := range dim {
+				want := 0.0
+				for _, k := range kept {
+					want += float64(k+1) / clients * float64(j+1) / dim
+				}
+				d := float64(e.global[0][j]) - want/den
+				ss += d * d
+			}
+			sd, want := math.Sqrt(ss/dim), z*clip/den
+			if math.Abs(sd/want-1) > 0.025 {
+				t.Errorf("%s, secure %v, %d survivors of %d: noise standard deviation %.4g, want %.4g", name, secure, len(kept), len(sel), sd, want)
+			}
+		}
+	}
+}
+
 // TestPoissonSampling: each client is in a round with probability q, on
 // its own: over 400 rounds of 50 clients at q = 0.2, the rounds' sizes
 // average 10 (standard deviation of the mean 0.14: within 0.6 with
@@ -435,21 +485,51 @@ func BenchmarkClipUpdate(b *testing.B) {
 }
 
 // TestDPClaims checks the numbers docs/privacy.md states of DP-FedAvg's
-// setup: an L2 mechanism's noise is sized for 55 honest clients of 100
-// expected under Poisson sampling and secure aggregation (100 - 4 sqrt(100)
-// - 5 colluders); the adaptive clip leaves the updates the multiplier with
-// z^-2 = z_update^-2 + (2 sigma_b)^-2; fixed-size sampling gives the
-// accountant m of n draws of the Gaussian at half the multiplier
-// (replace-one), and an L2 curve no amplification.
+// setup: under Poisson sampling an L2 mechanism's round carries H shares
+// of the noise, the fewest whose tail (a round of more clients), over the
+// run and at e^eps, is within tailShare of delta, computed here upward
+// from the binomial's probabilities; the colluders' shares are taken off
+// under secure aggregation; a fixed-size round carries its size; the
+// adaptive clip leaves the updates the multiplier with z^-2 =
+// z_update^-2 + (2 sigma_b)^-2; fixed-size sampling gives the accountant
+// m of n draws of the Gaussian at half the multiplier (replace-one), and
+// an L2 curve no amplification.
 func TestDPClaims(t *testing.T) {
 	c := dpConfig()
+	c.Mechanism, c.Rounds = "pbm", 200
 	c.ClientsPerRound, c.Sampling, c.SecureAggregation = 100, "poisson", true
-	if got := c.noiseClients(1000); got != 55 {
-		t.Errorf("noise sized for %d clients, want 55", got)
+	c.DP.TargetEpsilon, c.DP.Delta = 8, 1e-5
+	tail := func(n int, q float64, h int) float64 { // P[Bin(n, q) > h], summed upward
+		p := 0.0
+		for j := h + 1; j <= n; j++ {
+			lg, _ := math.Lgamma(float64(n + 1))
+			lj, _ := math.Lgamma(float64(j + 1))
+			lnj, _ := math.Lgamma(float64(n - j + 1))
+			p += math.Exp(lg - lj - lnj + float64(j)*math.Log(q) + float64(n-j)*math.Log1p(-q))
+		}
+		return p
 	}
+	h, got := c.noiseShares(1000)
+	ok := func(h int) bool { return 200*tail(1000, 0.1, h)*(1+math.Exp(8*(1+1e-6))) <= 1e-3*1e-5 }
+	if !ok(h) || ok(h-1) {
+		t.Errorf("H = %d: the tail bound holds at H %v, at H - 1 %v; want true, false", h, ok(h), ok(h-1))
+	}
+	if want := tail(1000, 0.1, h); math.Abs(got/want-1) > 1e-9 {
+		t.Errorf("tail at H = %d: %g, want %g", h, got, want)
+	}
+	if n := c.noiseClients(1000); n != h-int(0.05*float64(h)) {
+		t.Errorf("secure: noise sized for %d honest clients of H = %d, want H less 5%%", n, h)
+	}
+	if d := c.modelDelta(1000); math.Abs(d/(1e-5*(1-tailShare))-1) > 1e-12 {
+		t.Errorf("the accountant reads delta %g, want %g", d, 1e-5*(1-tailShare))
+	}
+	t.Logf("H = %d shares for 100 expected of 1,000 over 200 rounds at eps 8: a round exceeds it with probability %.3g", h, got)
 	c.Sampling, c.SecureAggregation = "fixed", false
 	if got := c.noiseClients(1000); got != 100 {
 		t.Errorf("fixed, not secure: noise sized for %d clients, want 100", got)
+	}
+	if d := c.modelDelta(1000); d != 1e-5 {
+		t.Errorf("fixed: the accountant reads delta %g, want all of 1e-5", d)
 	}
 
 	c = dpConfig()

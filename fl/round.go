@@ -279,6 +279,10 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 	}
 	if received > 0 {
 		alone := p.alone()
+		shares, err := e.topUp(p, received)
+		if err != nil {
+			return r, err
+		}
 		est, err := p.agg.mean()
 		_, secured := p.agg.(*secure)
 		_, robustRound := p.agg.(*robustSum)
@@ -294,7 +298,7 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 			return r, err
 		default:
 			if e.cfg.DP.on() {
-				if est, err = e.privatize(p, est, received); err != nil {
+				if est, err = e.privatize(p, est, received+shares); err != nil {
 					return r, err
 				}
 			}
@@ -329,7 +333,7 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		}
 	}
 	if e.cfg.DP.on() && e.cfg.DP.Noise > 0 {
-		if err := e.accountRound(p, received); err != nil {
+		if err := e.accountRound(p); err != nil {
 			return r, err
 		}
 	}

@@ -47,6 +47,8 @@ type secure struct {
 	setup    int64    // bytes of keys, dealings, checks, requests, consents and reveals
 	scratch  []uint64 // addMasked's unpacked upload
 	unmasked bool     // by Plan.Unmask: sum and sumErr are unmaskedSum's
+	shares   []uint64 // the server's shares of the noise, summed (addShare)
+	nShares  int
 	sum      []uint64
 	sumErr   error
 }
@@ -293,6 +295,24 @@ func (s *secure) add(pos int, u Upload) error {
 
 func (s *secure) count() int { return s.n }
 
+// addShare adds the server's share of an L2 mechanism's noise (topUp) to
+// the fields it will add to the unmasked sum before decoding it; the
+// sum's width k holds the uploads' fields, and these are added in full.
+func (s *secure) addShare(payload []byte) error {
+	x, err := Fields(s.m, [][]byte{payload}, s.sizes)
+	if err != nil {
+		return err
+	}
+	if s.shares == nil {
+		s.shares = make([]uint64, len(x))
+	}
+	for i, v := range x {
+		s.shares[i] += v
+	}
+	s.nShares++
+	return nil
+}
+
 // uploadBits is one client's masked upload: k bits per field.
 func (s *secure) uploadBits() int {
 	b := 0
@@ -393,8 +413,16 @@ func (s *secure) unmask() error {
 	return nil
 }
 
-// decode turns the sum of the survivors' fields into the mean.
+// decode turns the sum of the survivors' fields, and the server's shares
+// of the noise, into the mean.
 func (s *secure) decode(sum []uint64) ([][]float64, error) {
+	if s.shares != nil {
+		all := make([]uint64, len(sum))
+		for i, v := range sum {
+			all[i] = v + s.shares[i]
+		}
+		sum = all
+	}
 	// The survivors' dither streams, in position order, as the streaming
 	// aggregate reads them; each runs on from tensor to tensor.
 	var slots []mech.Slot
@@ -407,7 +435,7 @@ func (s *secure) decode(sum []uint64) ([][]float64, error) {
 	off := 0
 	for i, n := range s.sizes {
 		est[i] = make([]float64, n)
-		if err := s.m.DecodeSum(est[i], sum[off:off+s.fields[i]], s.n, s.ranges[i], slots); err != nil {
+		if err := s.m.DecodeSum(est[i], sum[off:off+s.fields[i]], s.n+s.nShares, s.ranges[i], slots); err != nil {
 			return nil, err
 		}
 		off += s.fields[i]

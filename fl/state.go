@@ -37,10 +37,9 @@ type State struct {
 	MinSum, MinAlone int
 	// Clip is DP-FedAvg's clip for the next round, which an adaptive clip
 	// moves; Accountant its accountant's state (privacy.Accountant's
-	// JSON), and Short the rounds that summed too few clients' noise.
+	// JSON).
 	Clip       float64
 	Accountant []byte
-	Short      []int
 	// Tree and TreeLast are DP-FTRL's tree (privacy.TreeState's JSON) and
 	// its noise on the last prefix sum.
 	Tree     []byte
@@ -52,7 +51,7 @@ func (e *Engine) State() State {
 	return State{
 		Round: e.done, Global: e.global, PrevUpd: e.prevUpd, Radii: e.radii, Best: e.best,
 		BestAcc: e.bestAcc, Since: e.since, Moments: e.moments, Joined: e.joined, Seconds: e.elapsed(),
-		MinSum: e.minSum, MinAlone: e.minAlone, Clip: e.clip, Accountant: e.acctState(), Short: e.short,
+		MinSum: e.minSum, MinAlone: e.minAlone, Clip: e.clip, Accountant: e.acctState(),
 		Tree: e.treeState(), TreeLast: e.treeLast,
 	}
 }
@@ -118,7 +117,7 @@ func (e *Engine) Restore(s State) error {
 		if err := json.Unmarshal(s.Accountant, acct); err != nil {
 			return fmt.Errorf("fl: checkpoint's privacy accountant: %w", err)
 		}
-		e.clip, e.acct, e.short = s.Clip, acct, s.Short
+		e.clip, e.acct = s.Clip, acct
 		if e.tree != nil {
 			var ts privacy.TreeState
 			if err := json.Unmarshal(s.Tree, &ts); err != nil {

@@ -159,10 +159,11 @@ type Engine struct {
 	byz              []bool        // the clients that attack (byzantine.go); nil: none
 	encode           encoder       // honest, or wrapped by the attackers
 	// DP-FedAvg: the accountant of the rounds for whoever gets the
-	// models, and the rounds that summed fewer honest clients' noise than
-	// the mechanism is sized for.
-	acct  *privacy.Accountant
-	short []int
+	// models, and an L2 mechanism's shares of the noise in a round's sum
+	// and the chance that a round has more clients (noiseShares).
+	acct   *privacy.Accountant
+	shares int
+	tail   float64
 	// DP-FTRL: the tree, its source, and its noise on the last prefix sum.
 	tree     *privacy.Tree
 	treeSrc  *normalStream
@@ -279,6 +280,9 @@ func New(cfg Config, task Task) (*Engine, error) {
 			return nil, err
 		}
 		e.acct = privacy.NewAccountant(privacy.Auto)
+		if _, l2 := m.(mech.L2); l2 && cfg.DP.Noise > 0 {
+			e.shares, e.tail = cfg.noiseShares(n)
+		}
 		if cfg.DP.Tree && cfg.DP.Noise > 0 {
 			e.treeSrc, e.treeLast = &normalStream{}, make([]float64, e.params)
 			if e.tree, err = privacy.NewTree(e.params, cfg.DP.Noise*cfg.DP.Clip, e.treeSrc, privacy.TreeOptions{}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/mech"
 	"github.com/fedpq/fedpq/privacy"
 )
@@ -96,7 +97,7 @@ func (c *Config) PrepareDP(n, d int) error {
 		c.DP.Noise = z
 	}
 	if c.DP.TargetEpsilon > 0 && c.DP.Noise == 0 {
-		z, err := privacy.NoiseMultiplier(c.DP.TargetEpsilon, c.DP.delta(), func(z float64) privacy.Event {
+		z, err := privacy.NoiseMultiplier(c.DP.TargetEpsilon, c.modelDelta(n), func(z float64) privacy.Event {
 			ev, err := c.runEvent(n, d, z)
 			if err != nil {
 				return privacy.Gaussian{Z: 0} // refused by the accountant
@@ -134,37 +135,148 @@ func (c *Config) runEvent(n, d int, z float64) (privacy.Event, error) {
 	return privacy.Composed{Event: ev, Count: c.Rounds}, nil
 }
 
-// noiseClients is how many honest clients an L2 mechanism sizes a round's
-// noise for, each adding its share: the round's expected clients, under
-// Poisson sampling less four standard deviations (a round has fewer with
-// probability about 3e-5), less the colluders secure aggregation's graph
-// is sized for. A round with more honest clients has more noise, which
-// only adds privacy; one with fewer is counted as such (accountRound).
+// The noise of an L2 mechanism's round. Each client adds a share of the
+// noise, and a round's sum is made to carry the same H shares whoever took
+// part: the server adds the shares of the clients the round lacks
+// (topUp: zero vectors encoded with the server's own coins). So the
+// distribution a client's update is hidden in does not depend on whether
+// that client, or any other, was sampled: the round is the central
+// mechanism at noise multiplier z, the zero-out of a client is its
+// add/remove, and Poisson sampling amplifies it as it does the central
+// Gaussian. H is the round's expected size under fixed-size or no
+// sampling (a round never has more), and under Poisson sampling a count
+// that more clients reach in a run with probability tail: such a round
+// carries more noise than the others, and the guarantee against whoever
+// gets the models pays for it in delta, (1 + e^eps) tail (the run and the
+// ideal one that always carries H shares differ only when a round has
+// more than H clients, on either neighbour). tailShare of the user-level
+// delta is set aside for it, at epsilons up to the target (or
+// tailEpsilon without one); at a larger epsilon the ledger states the
+// larger delta. Of the H shares, floor(secureCorrupt H) may come from
+// clients colluding with the server under secure aggregation, who need
+// not add theirs: the mechanism's noise is sized for the others
+// (Mech.Clients = H less those).
+const (
+	tailShare   = 1e-3
+	tailEpsilon = 20
+)
+
+// noiseShares is H and tail (0 where no round can have more than H
+// clients) for a run of n clients (see above).
+func (c *Config) noiseShares(n int) (h int, tail float64) {
+	q := c.rate(n)
+	if q >= 1 {
+		return n, 0
+	}
+	k := c.ClientsPerRound
+	if c.Sampling != "poisson" {
+		return k, 0
+	}
+	capEps := float64(tailEpsilon)
+	if c.DP.TargetEpsilon > 0 {
+		capEps = c.DP.TargetEpsilon * (1 + 1e-6)
+	}
+	// log of the largest per-round tail probability allowed.
+	limit := math.Log(tailShare*c.DP.delta()) - math.Log(float64(max(c.Rounds, 1))) - logOnePlusExp(capEps)
+	// Walk down from n, adding P[count = j] to P[count > j-1], while the
+	// tail stays within the limit.
+	lq, l1q := math.Log(q), math.Log1p(-q)
+	lgn, _ := math.Lgamma(float64(n) + 1)
+	logTail := math.Inf(-1)
+	h = n
+	for j := n; j > k; j-- {
+		lj, _ := math.Lgamma(float64(j) + 1)
+		lnj, _ := math.Lgamma(float64(n-j) + 1)
+		next := logAddExp(logTail, lgn-lj-lnj+float64(j)*lq+float64(n-j)*l1q)
+		if next > limit {
+			break
+		}
+		h, logTail = j-1, next
+	}
+	return h, math.Exp(logTail)
+}
+
+func logOnePlusExp(x float64) float64 {
+	if x > 30 {
+		return x + math.Exp(-x)
+	}
+	return math.Log1p(math.Exp(x))
+}
+
+func logAddExp(a, b float64) float64 {
+	if math.IsInf(a, -1) {
+		return b
+	}
+	if math.IsInf(b, -1) {
+		return a
+	}
+	if a < b {
+		a, b = b, a
+	}
+	return a + math.Log1p(math.Exp(b-a))
+}
+
+// noiseClients is Mech.Clients: the honest shares of a round's H (see
+// above).
 func (c *Config) noiseClients(n int) int {
-	e := float64(n)
-	if k := c.ClientsPerRound; k > 0 && k < n {
-		e = float64(k)
-	}
-	low := e
-	if c.Sampling == "poisson" && e < float64(n) {
-		low = math.Floor(e - 4*math.Sqrt(e))
-	}
+	h, _ := c.noiseShares(n)
 	if c.SecureAggregation {
-		low -= math.Floor(secureCorrupt * e)
+		h -= int(math.Floor(secureCorrupt * float64(h)))
 	}
-	return max(int(low), 1)
+	return max(h, 1)
+}
+
+// modelDelta is the delta at which the accountant reads the epsilon
+// against whoever gets the models: the user-level delta, less tailShare
+// of it where an L2 mechanism's round can sample more than H clients.
+func (c *Config) modelDelta(n int) float64 {
+	if c.Mechanism != "none" && !c.DP.Tree {
+		if _, tail := c.noiseShares(n); tail > 0 {
+			return c.DP.delta() * (1 - tailShare)
+		}
+	}
+	return c.DP.delta()
+}
+
+// topUp adds to round p's sum the shares of the noise of the clients it
+// lacks, H less the uploads received, each a zero vector encoded by the
+// L2 mechanism with the server's coins for the round; it returns how many.
+func (e *Engine) topUp(p *Plan, received int) (int, error) {
+	if _, l2 := e.m.(mech.L2); !l2 || e.shares <= received || received == 0 {
+		return 0, nil
+	}
+	k := e.shares - received
+	zero := make([]float32, e.sizes[0])
+	rg := p.Ranges[0]
+	var payload []byte
+	for j := range k {
+		src := corr.Derive(e.secret, "dp-shares", uint64(p.T), uint64(j))
+		var err error
+		if payload, err = e.m.Encode(payload[:0], zero, rg, mech.Slot{Private: src}); err != nil {
+			return 0, fmt.Errorf("fl: the server's share of the noise: %w", err)
+		}
+		sum, ok := p.agg.(shareSum)
+		if !ok {
+			return 0, fmt.Errorf("fl: a %T takes no share of the noise", p.agg)
+		}
+		if err := sum.addShare(payload); err != nil {
+			return 0, fmt.Errorf("fl: the server's share of the noise: %w", err)
+		}
+	}
+	return k, nil
+}
+
+// shareSum is a round sum that takes the server's shares of an L2
+// mechanism's noise (topUp).
+type shareSum interface {
+	addShare(payload []byte) error
 }
 
 // accountRound composes round p's event for whoever gets the models into
-// the run's accountant, and notes the round if it summed fewer honest
-// clients' noise than the L2 mechanism is sized for (received uploads, less
-// the colluders secure aggregation allows for).
-func (e *Engine) accountRound(p *Plan, received int) error {
+// the run's accountant.
+func (e *Engine) accountRound(p *Plan) error {
 	if e.tree != nil {
 		return nil // the tree's guarantee follows from the rounds alone (treeLevel)
-	}
-	if _, l2 := e.m.(mech.L2); l2 && received-e.colluders() < e.cfg.Mech.Clients {
-		e.short = append(e.short, p.T)
 	}
 	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.params)
 	if err != nil {
@@ -213,10 +325,11 @@ func (e *Engine) budget(t, online int) error {
 		return err
 	}
 	// RDP first: it is never below the accountant's answer, and cheap.
-	if eps, err := next.RDPEpsilon(e.cfg.DP.delta()); err == nil && eps <= target*(1+budgetSlack) {
+	delta := e.cfg.modelDelta(len(e.examples))
+	if eps, err := next.RDPEpsilon(delta); err == nil && eps <= target*(1+budgetSlack) {
 		return nil
 	}
-	eps, err := next.Epsilon(e.cfg.DP.delta())
+	eps, err := next.Epsilon(delta)
 	if err != nil {
 		return err
 	}
@@ -235,7 +348,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 	delta := e.cfg.DP.delta()
 	u := &privacy.UserLevel{Rounds: e.most(), Relation: privacy.AddRemove, NoiseMultiplier: e.cfg.DP.Noise}
 	if _, l2 := e.m.(mech.L2); l2 {
-		u.Relation = "zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
+		u.Relation = "add/remove: a round's sum carries the same shares of the noise whoever takes part (topUp); against the server, zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
 	}
 	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.params)
 	if err != nil {
@@ -249,35 +362,70 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 		u.Note = "no noise: clipped FedAvg guarantees nothing"
 		return u, nil
 	}
-	if len(e.short) > 0 {
-		u.Note = fmt.Sprintf("no guarantee: round %d summed fewer honest clients' noise than the %d the mechanism is sized for (%d such rounds)", e.short[0], e.cfg.Mech.Clients, len(e.short))
-		return u, nil
-	}
-	g, err := e.acct.Guarantee(delta)
+	dm := e.cfg.modelDelta(len(e.examples))
+	g, err := e.acct.Guarantee(dm)
 	if err != nil {
 		return nil, err
 	}
-	u.Model = privacy.NewBound(g.Eps, delta)
+	// The rounds that sampled more than H clients (noiseShares), paid in
+	// delta.
+	if _, l2 := e.m.(mech.L2); l2 && e.tail > 0 {
+		dm = min(1, dm+math.Exp(logOnePlusExp(g.Eps)+math.Log(float64(t)*e.tail)))
+	}
+	u.Model = privacy.NewBound(g.Eps, dm)
 	u.Accountant = fmt.Sprintf("%s: %s", g.Method, e.acct)
-	if _, l2 := e.m.(mech.L2); l2 && e.cfg.SecureAggregation {
-		server := privacy.NewAccountant(privacy.Auto)
-		if u.Rounds > 0 {
-			if err := server.Compose(privacy.Composed{Event: ev, Count: u.Rounds}); err != nil {
-				return nil, err
-			}
-		}
-		eps, err := server.Epsilon(delta)
+	switch _, l2 := e.m.(mech.L2); {
+	case l2 && e.cfg.SecureAggregation:
+		server, err := e.serverLevel(u.Rounds, delta)
 		if err != nil {
 			return nil, err
 		}
-		u.Server = privacy.NewBound(eps, delta)
-	} else if _, l2 := e.m.(mech.L2); l2 {
+		if server == nil {
+			u.Note = fmt.Sprintf("server: no guarantee, a round summed %d uploads, of which up to %d may be colluders'", e.minSum, e.colluders())
+		}
+		u.Server = server
+	case l2:
 		u.Note = "server: it sees each message, with 1/n of the noise (run under secure aggregation for a guarantee against it)"
-	} else {
+	default:
 		u.Note = "server: trusted, it sees each clipped update and adds the noise"
 	}
 	u.Note = strings.TrimPrefix(u.Note+"; eavesdropper: a DP-FedAvg message alone carries no guarantee", "; ")
 	return u, nil
+}
+
+// serverLevel is the guarantee against the server under secure
+// aggregation for a client in rounds rounds: no amplification (the server
+// knows whom it sampled), and in each round only the honest clients'
+// shares of the noise, at least the fewest uploads any round summed less
+// the colluders (the server's own shares, topUp's, hide nothing from it).
+// It is nil when no honest share is left.
+func (e *Engine) serverLevel(rounds int, delta float64) (*privacy.Bound, error) {
+	honest := e.minSum - e.colluders()
+	if honest < 1 {
+		return nil, nil
+	}
+	l2 := e.m.(mech.L2)
+	if _, err := l2.SumRDP(2, e.params, honest); err != nil {
+		return nil, err
+	}
+	ev := privacy.RDPCurve{Name: fmt.Sprintf("%s, %d honest shares", e.m.Name(), honest), MaxOrder: l2MaxOrder, Eps: func(a float64) float64 {
+		r, err := l2.SumRDP(a, e.params, honest)
+		if err != nil {
+			return math.Inf(1)
+		}
+		return r
+	}}
+	acct := privacy.NewAccountant(privacy.Auto)
+	if rounds > 0 {
+		if err := acct.Compose(privacy.Composed{Event: ev, Count: rounds}); err != nil {
+			return nil, err
+		}
+	}
+	eps, err := acct.Epsilon(delta)
+	if err != nil {
+		return nil, err
+	}
+	return privacy.NewBound(eps, delta), nil
 }
 
 // treeLevel is a DP-FTRL run's user-level guarantee after round t: the

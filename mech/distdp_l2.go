@@ -78,8 +78,18 @@ func distL2Params(name string, z float64, b, n int, k float64, dp int) (*distPar
 // RDP is the bound of the order ceil(alpha) for the zero-out of one
 // client's vector of n parameters (see distL2).
 func (m distL2) RDP(alpha float64, n int) (float64, error) {
+	return m.SumRDP(alpha, n, m.clients)
+}
+
+// SumRDP is RDP's bound for a sum of clients shares of the noise: the
+// Skellam of clients times the share's mean, or clients discrete
+// Gaussians of the share's variance (Kairouz et al.'s tau for that many).
+func (m distL2) SumRDP(alpha float64, n, clients int) (float64, error) {
 	if err := checkOrder(m.name, alpha, n, distL2MaxParams); err != nil {
 		return 0, err
+	}
+	if clients < 1 {
+		return 0, fmt.Errorf("mech: %s: a sum of %d clients' noise", m.name, clients)
 	}
 	p, err := m.params(n)
 	if err != nil {
@@ -89,9 +99,9 @@ func (m distL2) RDP(alpha float64, n int) (float64, error) {
 	d2 := p.bound
 	d1 := p.bound * min(math.Sqrt(float64(p.dp)), p.bound)
 	if p.skellam {
-		return skellamRDP(a, d2, d1, 2*float64(m.clients)*p.lambda), nil
+		return skellamRDP(a, d2, d1, 2*float64(clients)*p.lambda), nil
 	}
 	s := p.gauss.Variance()
-	sig := math.Sqrt(float64(m.clients) * s)
-	return ddgRDP(a, d2/sig, d1/sig, ddgTau(s, m.clients), float64(p.dp)), nil
+	sig := math.Sqrt(float64(clients) * s)
+	return ddgRDP(a, d2/sig, d1/sig, ddgTau(s, clients), float64(p.dp)), nil
 }

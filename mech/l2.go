@@ -40,6 +40,12 @@ type L2 interface {
 	// parameters (both orders). It errs for alpha <= 1 or not finite,
 	// n < 1 or beyond the mechanism's largest vector.
 	RDP(alpha float64, n int) (float64, error)
+	// SumRDP is RDP for a sum that holds the noise of only clients
+	// honest clients, each adding the share Encode adds (sized for
+	// Config.Clients): the bound against a server that sees a round with
+	// fewer honest shares than the noise is sized for. SumRDP(alpha, n,
+	// Config.Clients) is RDP(alpha, n); clients must be at least 1.
+	SumRDP(alpha float64, n, clients int) (float64, error)
 }
 
 // l2NormSlack is how far above the bound an input's norm may be, as a

@@ -94,7 +94,11 @@ type pbm struct {
 	clients int      // n
 	trials  int      // m
 	cache   sync.Map // d -> *pbmParams
+	fewer   sync.Map // pbmFewer -> *pbmAccount (SumRDP)
 }
+
+// pbmFewer keys the accounting of a sum of fewer clients than pbm's.
+type pbmFewer struct{ d, clients int }
 
 // pbmParams is pbm's setting for vectors of d parameters.
 type pbmParams struct {
@@ -380,6 +384,34 @@ func (m *pbm) RDP(alpha float64, n int) (float64, error) {
 		return 0, err
 	}
 	_, s := p.acct.slope(alpha)
+	return s * p.u, nil
+}
+
+// SumRDP is pbmAccount's bound for a sum of clients clients' trials, each
+// biased as Encode biases them (theta for pbm's clients).
+func (m *pbm) SumRDP(alpha float64, n, clients int) (float64, error) {
+	if clients == m.clients {
+		return m.RDP(alpha, n)
+	}
+	if clients < 1 || (clients-1)*m.trials > pbmMaxCoins {
+		return 0, fmt.Errorf("mech: pbm: a sum of %d clients' trials: want 1 to %d clients", clients, pbmMaxCoins/m.trials+1)
+	}
+	if err := checkOrder("pbm", alpha, n, pbmMaxParams); err != nil {
+		return 0, err
+	}
+	if alpha < pbmMinOrder {
+		return 0, fmt.Errorf("mech: pbm: Rényi order %v: the accounting computes orders from %v (closer to 1 its sums lose their precision)", alpha, pbmMinOrder)
+	}
+	p, err := m.params(n)
+	if err != nil {
+		return 0, err
+	}
+	key := pbmFewer{n, clients}
+	a, ok := m.fewer.Load(key)
+	if !ok {
+		a, _ = m.fewer.LoadOrStore(key, newPBMAccount(clients, m.trials, p.theta))
+	}
+	_, s := a.(*pbmAccount).slope(alpha)
 	return s * p.u, nil
 }
 
