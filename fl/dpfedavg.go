@@ -65,7 +65,11 @@ type DPFedAvg struct {
 	// Clip. The count is private too: the update's noise multiplier
 	// becomes (Noise^-2 - (2 QuantileNoise)^-2)^(-1/2) so that the two
 	// together are Gaussian at Noise (the paper's Theorem 1). 0: a fixed
-	// clip. Central (mechanism none) only.
+	// clip. With an L2 mechanism the indicator is one more coordinate of
+	// the client's vector, scaled so that the mechanism's own noise on the
+	// count has standard deviation QuantileNoise: the vector's bound is
+	// then the update's clip over sqrt(1 - (Noise/(2 QuantileNoise))^2),
+	// the same split (indicatorScale).
 	Quantile float64
 	// QuantileNoise is the count's noise standard deviation; 0: the
 	// paper's expected clients per round / 20.
@@ -128,7 +132,9 @@ func (c *Config) Input() string {
 // Encoded is the sizes of the vectors a client encodes, each with its
 // range, for a model whose tensors have the sizes given: the tensors
 // themselves, or under DP-FedAvg the whole update in one (and, with an
-// adaptive clip, whether it was within the clip, in another of one value).
+// adaptive clip, whether it was within the clip: in another of one value
+// under central noise, or as one more coordinate of the same vector for
+// an L2 mechanism, whose noise then covers it).
 func (c *Config) Encoded(tensors []int) []int {
 	if !c.DP.on() {
 		return tensors
@@ -137,10 +143,23 @@ func (c *Config) Encoded(tensors []int) []int {
 	for _, n := range tensors {
 		total += n
 	}
-	if c.DP.Quantile > 0 {
+	switch {
+	case c.DP.Quantile > 0 && c.Mechanism == "none":
 		return []int{total, 1}
+	case c.DP.Quantile > 0:
+		return []int{total + 1}
 	}
 	return []int{total}
+}
+
+// RangeCount is how many ranges a round announces to a client that
+// encodes the vectors Encoded gives: one each, and for an L2 mechanism's
+// adaptive clip one more, the scale of the count's coordinate.
+func (c *Config) RangeCount(encoded int) int {
+	if c.DP.on() && c.DP.Quantile > 0 && c.Mechanism != "none" {
+		return encoded + 1
+	}
+	return encoded
 }
 
 // validateDPSettings checks DP-FedAvg's numbers, before the noise is
@@ -187,8 +206,6 @@ func (c *Config) validateDP(m mech.Mechanism) error {
 		return fmt.Errorf("fl: DP-FTRL's tree noise is added by the server: it runs with mechanism none, not %s", m.Name())
 	case d.Tree && d.Quantile > 0:
 		return errors.New("fl: DP-FTRL runs with a fixed clip: its tree noise is sized for one")
-	case d.Quantile > 0 && m.Name() != "none":
-		return fmt.Errorf("fl: an adaptive clip counts the clipped updates in the clear: it runs with mechanism none (central noise), not %s", m.Name())
 	case c.Range.Kind == "adaptive":
 		return errors.New("fl: DP-FedAvg clips to clip in L2 norm: the adaptive range does not apply")
 	}
@@ -337,11 +354,11 @@ func AddServerNoise(sum []float64, sd float64, src *corr.Stream) {
 // over the denominator, cut into tensors. With an adaptive clip it also
 // moves the clip for the next round, from the noisy count of the clients
 // whose update it did not clip.
-func (e *Engine) privatize(p *Plan, est [][]float64, summed int) ([][]float64, error) {
+func (e *Engine) privatize(p *Plan, est [][]float64, received, shares int) ([][]float64, error) {
 	mean := est[0]
 	sum := make([]float64, len(mean))
 	for i, v := range mean {
-		sum[i] = v * float64(summed)
+		sum[i] = v * float64(received+shares)
 	}
 	central := e.m.Name() == "none"
 	src := corr.Derive(e.secret, "dp-noise", uint64(p.T))
@@ -362,7 +379,17 @@ func (e *Engine) privatize(p *Plan, est [][]float64, summed int) ([][]float64, e
 		sum[i] /= den
 	}
 	if e.cfg.DP.Quantile > 0 {
-		count := est[1][0]*float64(summed) + e.quantileNoise()*src.NormFloat64()
+		var count float64
+		if central {
+			count = est[1][0]*float64(received) + e.quantileNoise()*src.NormFloat64()
+		} else {
+			// The last coordinate sums +-s over the uploads (the server's
+			// shares add 0) and the mechanism's noise, of standard
+			// deviation quantileNoise once over 2s.
+			last := sum[len(sum)-1] * den
+			sum = sum[:len(sum)-1]
+			count = (last/p.Ranges[1].Radius + float64(received)) / 2
+		}
 		e.clip *= math.Exp(-clipLR * (count/den - e.cfg.DP.Quantile))
 	}
 	return e.unflatten(sum), nil

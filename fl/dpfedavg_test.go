@@ -255,6 +255,35 @@ func TestAdaptiveClip(t *testing.T) {
 	}
 }
 
+// TestAdaptiveClipL2: with an L2 mechanism the count rides in the vector
+// and the mechanism's noise privatizes it. 200 clients whose updates
+// (norm < 1.5) are all within a clip of 10, or all beyond one of 1e-3,
+// move the clip by e^-0.1 or e^0.1 a round; the count's noise, standard
+// deviation 10 (200/20) on 200, moves log C by 0.2 x 0.05 a round, so
+// after 3 rounds log C is within 0.07 (4 standard deviations) of -0.3 or
+// 0.3. The vector's bound is the clip over sqrt(1 - (z/(2 sigma_b))^2).
+func TestAdaptiveClipL2(t *testing.T) {
+	task := fakeTask(200, 3, func(int) int { return 1 })
+	for _, name := range []string{"skellam", "ddgauss"} {
+		for _, tc := range []struct{ clip, want float64 }{{10, -0.3}, {1e-3, 0.3}} {
+			cfg := dpConfig()
+			cfg.Mechanism, cfg.Rounds = name, 3
+			cfg.DP = DPFedAvg{Clip: tc.clip, Noise: 2, Quantile: 0.5}
+			e, rounds := run(t, cfg, task)
+			if got := math.Log(e.clip / tc.clip); math.Abs(got-tc.want) > 0.07 {
+				t.Errorf("%s: log of the clip's move over 3 rounds from %v: %.4f, want %v ± 0.07", name, tc.clip, got, tc.want)
+			}
+			r := math.Sqrt(1 - math.Pow(2/(2*10.0), 2))
+			if got := rounds[0].RangeRadius; len(got) != 2 || math.Abs(got[0]*r/tc.clip-1) > 1e-12 {
+				t.Errorf("%s: round 1's ranges %v, want the bound %v first", name, got, tc.clip/r)
+			}
+			if len(e.sizes) != 1 || e.sizes[0] != 4 {
+				t.Errorf("%s: encoded sizes %v, want one vector of 3 + 1", name, e.sizes)
+			}
+		}
+	}
+}
+
 // TestDPConfigErrors: DP-FedAvg's settings, and what it cannot run with,
 // are refused with the setting named.
 func TestDPConfigErrors(t *testing.T) {

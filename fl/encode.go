@@ -30,7 +30,7 @@ func Encode(m mech.Mechanism, input string, global, local [][]float32, ranges []
 		if err != nil {
 			return nil, err
 		}
-		return encodeTensors(m, flat, ranges, slot)
+		return encodeTensors(m, flat, ranges[:len(flat)], slot)
 	}
 	if err := toInputs(input, global, local); err != nil {
 		return nil, err
@@ -41,26 +41,35 @@ func Encode(m mech.Mechanism, input string, global, local [][]float32, ranges []
 // clippedInput is a DP-FedAvg client's one vector: its update local -
 // global clipped in L2 norm to the round's first range's radius, whole or,
 // perLayer, each tensor to its share (ClippedLayers); with an adaptive
-// clip (a second range, indicatorRange), also 1 if no clipping was
-// needed, else 0.
+// clip, whether no clipping was needed: 1 or 0 in a vector of its own
+// (a second range, indicatorRange), or, for an L2 mechanism (a second
+// range {0, s}, indicatorScale), +s or -s as the vector's last
+// coordinate, the update clipped to sqrt(C'^2 - s^2) so that the whole
+// vector stays within the first range's C'.
 func clippedInput(global, local [][]float32, ranges []mech.Range, perLayer bool) ([][]float32, error) {
 	if err := toInputs("weights", global, local); err != nil { // checks the shapes only
 		return nil, err
 	}
+	inside := len(ranges) == 2 && ranges[1].Center == 0 && ranges[1].Radius > 0 && ranges[1].Radius < ranges[0].Radius
 	if len(ranges) < 1 || len(ranges) > 2 || ranges[0].Center != 0 || ranges[0].Validate() != nil ||
-		len(ranges) == 2 && ranges[1] != indicatorRange {
-		return nil, fmt.Errorf("fl: a clipped update takes the ranges {0, clip} and, for an adaptive clip, %v; not %v", indicatorRange, ranges)
+		len(ranges) == 2 && ranges[1] != indicatorRange && !inside {
+		return nil, fmt.Errorf("fl: a clipped update takes the ranges {0, clip} and, for an adaptive clip, %v or {0, s < clip}; not %v", indicatorRange, ranges)
 	}
 	n := 0
 	for _, w := range local {
 		n += len(w)
 	}
-	flat := make([]float32, n)
+	clip := ranges[0].Radius
+	if inside {
+		s := ranges[1].Radius
+		clip = math.Sqrt((clip - s) * (clip + s))
+	}
+	flat := make([]float32, n, n+1)
 	unclipped, err := true, error(nil)
 	if perLayer {
 		at := 0
 		for i, w := range local {
-			share := ranges[0].Radius * math.Sqrt(float64(len(w))/float64(n))
+			share := clip * math.Sqrt(float64(len(w))/float64(n))
 			within, err := clipUpdate(flat[at:at+len(w)], global[i:i+1], local[i:i+1], share)
 			if err != nil {
 				return nil, err
@@ -68,11 +77,18 @@ func clippedInput(global, local [][]float32, ranges []mech.Range, perLayer bool)
 			unclipped = unclipped && within
 			at += len(w)
 		}
-	} else if unclipped, err = clipUpdate(flat, global, local, ranges[0].Radius); err != nil {
+	} else if unclipped, err = clipUpdate(flat, global, local, clip); err != nil {
 		return nil, err
 	}
-	if len(ranges) == 1 {
+	switch {
+	case len(ranges) == 1:
 		return [][]float32{flat}, nil
+	case inside:
+		s := float32(ranges[1].Radius)
+		if !unclipped {
+			s = -s
+		}
+		return [][]float32{append(flat, s)}, nil
 	}
 	b := float32(0)
 	if unclipped {

@@ -102,8 +102,17 @@ func (e *Engine) ranges() ([]mech.Range, error) {
 		if err := c.Validate(); err != nil {
 			return nil, fmt.Errorf("clip: %w", err)
 		}
-		if e.cfg.DP.Quantile > 0 {
+		switch {
+		case e.cfg.DP.Quantile > 0 && e.m.Name() == "none":
 			return []mech.Range{c, indicatorRange}, nil
+		case e.cfg.DP.Quantile > 0:
+			zu, err := e.updateNoise()
+			if err != nil {
+				return nil, err
+			}
+			z := e.cfg.DP.Noise
+			c.Radius = e.clip * zu / z // the vector's bound C'
+			return []mech.Range{c, {Radius: c.Radius * z / (2 * e.quantileNoise())}}, nil
 		}
 		return []mech.Range{c}, nil
 	}

@@ -298,7 +298,7 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 			return r, err
 		default:
 			if e.cfg.DP.on() {
-				if est, err = e.privatize(p, est, received+shares); err != nil {
+				if est, err = e.privatize(p, est, received, shares); err != nil {
 					return r, err
 				}
 			}

@@ -82,8 +82,8 @@ func (c *Config) sampled(ev privacy.Event, mechanism string, n, online int) (pri
 // z whose whole run meets the target at the user-level delta against
 // whoever gets the models, with the sampling the run expects and every
 // client online), and the mechanism's settings: Mech.Noise, and for the
-// L2 mechanisms Mech.Clients, the fewest honest clients whose noise a
-// round is sized for (noiseClients). The server and each client call it
+// L2 mechanisms Mech.Clients, the honest shares of those a round's sum
+// carries (noiseClients). The server and each client call it
 // on the same configuration and get the same result; New calls it too.
 func (c *Config) PrepareDP(n, d int) error {
 	if !c.DP.on() {
@@ -98,7 +98,7 @@ func (c *Config) PrepareDP(n, d int) error {
 	}
 	if c.DP.TargetEpsilon > 0 && c.DP.Noise == 0 {
 		z, err := privacy.NoiseMultiplier(c.DP.TargetEpsilon, c.modelDelta(n), func(z float64) privacy.Event {
-			ev, err := c.runEvent(n, d, z)
+			ev, err := c.runEvent(n, c.Encoded([]int{d})[0], z)
 			if err != nil {
 				return privacy.Gaussian{Z: 0} // refused by the accountant
 			}
@@ -278,7 +278,7 @@ func (e *Engine) accountRound(p *Plan) error {
 	if e.tree != nil {
 		return nil // the tree's guarantee follows from the rounds alone (treeLevel)
 	}
-	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.params)
+	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.sizes[0])
 	if err != nil {
 		return err
 	}
@@ -316,7 +316,7 @@ func (e *Engine) budget(t, online int) error {
 	} else if err := json.Unmarshal(b, next); err != nil {
 		return err
 	}
-	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.params)
+	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.sizes[0])
 	if err != nil {
 		return err
 	}
@@ -350,7 +350,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 	if _, l2 := e.m.(mech.L2); l2 {
 		u.Relation = "add/remove: a round's sum carries the same shares of the noise whoever takes part (topUp); against the server, zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
 	}
-	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.params)
+	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.sizes[0])
 	if err != nil {
 		return nil, err
 	}
@@ -405,11 +405,11 @@ func (e *Engine) serverLevel(rounds int, delta float64) (*privacy.Bound, error) 
 		return nil, nil
 	}
 	l2 := e.m.(mech.L2)
-	if _, err := l2.SumRDP(2, e.params, honest); err != nil {
+	if _, err := l2.SumRDP(2, e.sizes[0], honest); err != nil {
 		return nil, err
 	}
 	ev := privacy.RDPCurve{Name: fmt.Sprintf("%s, %d honest shares", e.m.Name(), honest), MaxOrder: l2MaxOrder, Eps: func(a float64) float64 {
-		r, err := l2.SumRDP(a, e.params, honest)
+		r, err := l2.SumRDP(a, e.sizes[0], honest)
 		if err != nil {
 			return math.Inf(1)
 		}

@@ -502,7 +502,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	if err != nil {
 		return nil, &badRound{fmt.Errorf("the global model: %w", err)}
 	}
-	ranges, err := decodeRanges(rs.GetRanges(), len(c.sizes()))
+	ranges, err := decodeRanges(rs.GetRanges(), c.su.Engine.RangeCount(len(c.sizes())))
 	if err != nil {
 		return nil, &badRound{err}
 	}

@@ -67,12 +67,13 @@ func encodeRanges(rs []mech.Range) []*pb.Range {
 	return out
 }
 
-// decodeRanges reads a range per vector a client encodes (fl.Config's
-// Encoded: a tensor each, or DP-FedAvg's one), each one a mechanism can
-// use.
-func decodeRanges(rs []*pb.Range, vectors int) ([]mech.Range, error) {
-	if len(rs) != vectors {
-		return nil, fmt.Errorf("%d ranges for %d encoded vectors", len(rs), vectors)
+// decodeRanges reads the n ranges a round announces (fl.Config's
+// RangeCount: one per vector a client encodes, a tensor each or
+// DP-FedAvg's one, and with an L2 mechanism's adaptive clip the count's
+// scale), each one valid.
+func decodeRanges(rs []*pb.Range, n int) ([]mech.Range, error) {
+	if len(rs) != n {
+		return nil, fmt.Errorf("%d ranges, want %d", len(rs), n)
 	}
 	out := make([]mech.Range, len(rs))
 	for i, r := range rs {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/fedpq/fedpq/report"
 	"strings"
 	"testing"
 )
@@ -49,6 +50,38 @@ func TestDPFedAvgDeployed(t *testing.T) {
 		}
 		if u := s.Privacy.User; u == nil || u.Server == nil || u.Model == nil || u.Server.Eps < u.Model.Eps {
 			t.Errorf("user-level ledger %+v: want a guarantee against the server", u)
+		}
+	})
+	// The adaptive clip under distributed noise: the count rides in each
+	// client's vector (one more coordinate), the server reads it from the
+	// secure sum and announces the moved clip with the next round.
+	t.Run("skellam secure adaptive", func(t *testing.T) {
+		c := runConfig(t, "skellam", 6, 3)
+		c.Weighting, c.Clip, c.NoiseMultiplier, c.SecureAggregation = "mean", 1, 1, true
+		c.ClipQuantile, c.ClipQuantileNoise = 0.5, 3
+		ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
+		var clients []*testClient
+		for k := range 6 {
+			clients = append(clients, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 6}))
+		}
+		ts.wait(t)
+		for _, tc := range clients {
+			tc.wait(t)
+		}
+		run, err := report.ReadRun(c.Dir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(run.Rounds) != 3 {
+			t.Fatalf("%d rounds, want 3", len(run.Rounds))
+		}
+		for i, r := range run.Rounds {
+			if r.Clients != 6 || len(r.RangeRadius) != 2 {
+				t.Errorf("round %d: %d uploads, ranges %v: want 6, and the vector's bound with the count's scale", i+1, r.Clients, r.RangeRadius)
+			}
+		}
+		if a, b := run.Rounds[0].RangeRadius[0], run.Rounds[2].RangeRadius[0]; a == b {
+			t.Errorf("the clip stayed at %v: want it moved by the clients' counts", a)
 		}
 	})
 }

@@ -112,7 +112,7 @@ var runFlagHelp = [][2]string{
 	{"clip", "DP-FedAvg: L2 bound of a client's whole update, every tensor flattened into one vector (0: off; needs perturb updates, weighting mean, mechanism none or an L2 mechanism; docs/privacy.md#user-level)"},
 	{"noise_multiplier", "DP-FedAvg: the round's noise standard deviation over --clip (none: added by the server; ddgauss, skellam, pbm: by the clients under secure aggregation)"},
 	{"clip_per_layer", "DP-FedAvg: clip each tensor on its own to clip x sqrt(its size / the model's), the same guarantee (the whole norm stays within --clip)"},
-	{"clip_quantile", "DP-FedAvg: make --clip adaptive, tracking this quantile of the clients' update norms (Andrew et al. 2021; 0: fixed; mechanism none)"},
+	{"clip_quantile", "DP-FedAvg: make --clip adaptive, tracking this quantile of the clients' update norms (Andrew et al. 2021; 0: fixed; with an L2 mechanism the count rides in its vector)"},
 	{"clip_quantile_noise", "DP-FedAvg: the noise standard deviation on the adaptive clip's count (0: clients per round / 20); it takes its share of --noise-multiplier"},
 	{"dp_ftrl", "DP-FedAvg: DP-FTRL (Kairouz et al. 2021): the server adds tree-aggregation noise to the prefix sums of the clipped updates instead of fresh noise each round; its guarantee needs no sampling (mechanism none)"},
 	{"target_epsilon", "DP-FedAvg: the user-level epsilon, at --delta, the whole run must meet against whoever gets the model; the noise multiplier is calibrated for it"},
