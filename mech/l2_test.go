@@ -160,3 +160,49 @@ func TestDistL2Wraps(t *testing.T) {
 		}
 	}
 }
+
+// TestSumRDP: the bound for a sum with fewer honest shares than the noise
+// is sized for. At the sized count it is RDP; with fewer it grows, and for
+// skellam and ddgauss at half the count it is at least what the Gaussian's
+// alpha/(2 z^2) becomes with half the variance (alpha/z^2), within the
+// mechanisms' own slack over the Gaussian.
+func TestSumRDP(t *testing.T) {
+	const n = 1000
+	for _, name := range []string{"skellam", "ddgauss", "pbm"} {
+		c := DefaultConfig()
+		c.Noise, c.Clients = 1, 40
+		m, err := New(name, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l2 := m.(L2)
+		for _, a := range []float64{2, 8} {
+			full, err := l2.RDP(a, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			same, err := l2.SumRDP(a, n, 40)
+			if err != nil || same != full {
+				t.Errorf("%s order %v: SumRDP at the sized count %v (%v), RDP %v", name, a, same, err, full)
+			}
+			prev := full
+			for _, k := range []int{30, 20, 10} {
+				r, err := l2.SumRDP(a, n, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !(r > prev) {
+					t.Errorf("%s order %v: %d honest shares give %v, not above %v with more", name, a, k, r, prev)
+				}
+				prev = r
+			}
+			half, _ := l2.SumRDP(a, n, 20)
+			if name != "pbm" && half < 0.99*a {
+				t.Errorf("%s order %v: half the shares give %v, below the Gaussian's %v", name, a, half, a)
+			}
+		}
+		if _, err := l2.SumRDP(2, n, 0); err == nil {
+			t.Errorf("%s: a sum of no shares accepted", name)
+		}
+	}
+}

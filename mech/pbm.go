@@ -94,7 +94,7 @@ type pbm struct {
 	clients int      // n
 	trials  int      // m
 	cache   sync.Map // d -> *pbmParams
-	fewer   sync.Map // pbmFewer -> *pbmAccount (SumRDP)
+	fewer   sync.Map // pbmFewer -> *pbmAccount, for SumRDP of other counts
 }
 
 // pbmFewer keys the accounting of a sum of fewer clients than pbm's.
@@ -372,46 +372,33 @@ func (s *pbmSum) Mean(dst []float64) error {
 // where alpha ln((1+2 theta)^m) exceeds 650, beyond float64's range
 // (orders above 2,000 at theta 0.19, one trial), and refused below order
 // pbmMinOrder.
-func (m *pbm) RDP(alpha float64, n int) (float64, error) {
-	if err := checkOrder("pbm", alpha, n, pbmMaxParams); err != nil {
-		return 0, err
-	}
-	if alpha < pbmMinOrder {
-		return 0, fmt.Errorf("mech: pbm: Rényi order %v: the accounting computes orders from %v (closer to 1 its sums lose their precision)", alpha, pbmMinOrder)
-	}
-	p, err := m.params(n)
-	if err != nil {
-		return 0, err
-	}
-	_, s := p.acct.slope(alpha)
-	return s * p.u, nil
-}
+func (m *pbm) RDP(alpha float64, n int) (float64, error) { return m.SumRDP(alpha, n, m.clients) }
 
 // SumRDP is pbmAccount's bound for a sum of clients clients' trials, each
 // biased as Encode biases them (theta for pbm's clients).
 func (m *pbm) SumRDP(alpha float64, n, clients int) (float64, error) {
-	if clients == m.clients {
-		return m.RDP(alpha, n)
-	}
-	if clients < 1 || (clients-1)*m.trials > pbmMaxCoins {
-		return 0, fmt.Errorf("mech: pbm: a sum of %d clients' trials: want 1 to %d clients", clients, pbmMaxCoins/m.trials+1)
-	}
 	if err := checkOrder("pbm", alpha, n, pbmMaxParams); err != nil {
 		return 0, err
 	}
 	if alpha < pbmMinOrder {
 		return 0, fmt.Errorf("mech: pbm: Rényi order %v: the accounting computes orders from %v (closer to 1 its sums lose their precision)", alpha, pbmMinOrder)
 	}
+	if clients < 1 || (clients-1)*m.trials > pbmMaxCoins {
+		return 0, fmt.Errorf("mech: pbm: a sum of %d clients' trials: want 1 to %d clients", clients, pbmMaxCoins/m.trials+1)
+	}
 	p, err := m.params(n)
 	if err != nil {
 		return 0, err
 	}
-	key := pbmFewer{n, clients}
-	a, ok := m.fewer.Load(key)
-	if !ok {
-		a, _ = m.fewer.LoadOrStore(key, newPBMAccount(clients, m.trials, p.theta))
+	acct := p.acct
+	if clients != m.clients {
+		a, ok := m.fewer.Load(pbmFewer{n, clients})
+		if !ok {
+			a, _ = m.fewer.LoadOrStore(pbmFewer{n, clients}, newPBMAccount(clients, m.trials, p.theta))
+		}
+		acct = a.(*pbmAccount)
 	}
-	_, s := a.(*pbmAccount).slope(alpha)
+	_, s := acct.slope(alpha)
 	return s * p.u, nil
 }
 
