@@ -176,17 +176,19 @@ func (x signedLog) add(sign int, l float64) signedLog {
 }
 
 // rdpPoissonGeneral is the RDP at order a of a mechanism with RDP curve
-// base (base[l] at integer order l, for l = 2..ceil(a)), Poisson-sampled
-// at rate q, for add/remove neighbours: at integer a, the general upper
-// bound of Zhu and Wang (2019, Theorem 6),
+// base (base[l] at integer order l, for l = 2..ceil(a), bounding both
+// orders of the pair), Poisson-sampled at rate q, for add/remove
+// neighbours: at integer a,
 //
 //	1/(a-1) log{ (1-q)^(a-1) (a q - q + 1) + C(a,2) q^2 (1-q)^(a-2) e^base(2)
-//	             + 3 sum_{l=3..a} C(a,l) (1-q)^(a-l) q^l e^((l-1) base(l)) },
+//	             + f sum_{l=3..a} C(a,l) (1-q)^(a-l) q^l e^((l-1) base(l)) },
 //
-// which for the Gaussian is at least the exact rdpPoissonGaussian (the
-// same sum with 1 for 3). At fractional a, (a-1) RDP(a), the cumulant
-// generating function, is convex in a, so the line between the integers
-// around a bounds it.
+// with f = 1 where removeBounded certifies the remove direction (remove.go:
+// the add direction's exact expansion then bounds both, and for the
+// Gaussian's curve this is the exact rdpPoissonGaussian), else f = 3, the
+// general bound of Zhu and Wang (2019, Theorem 6). At fractional a, (a-1)
+// RDP(a), the cumulant generating function, is convex in a, so the line
+// between the integers around a bounds it.
 func rdpPoissonGeneral(q float64, base []float64, a float64) float64 {
 	if q == 1 {
 		return interpolateInt(func(n int) float64 { return base[n] }, a)
@@ -199,12 +201,16 @@ func poissonGeneralInt(q float64, base []float64, a int) float64 {
 	fa := float64(a)
 	s := (fa-1)*l1q + math.Log1p((fa-1)*q)
 	s = logAddExp(s, logBinom(a, 2)+2*lq+(fa-2)*l1q+base[2])
+	f := math.Log(3) // log of Zhu and Wang's factor
+	if a >= 3 && !math.IsInf(base[a], 1) && removeBounded(q, a) {
+		f = 0
+	}
 	for l := 3; l <= a; l++ {
 		if math.IsInf(base[l], 1) {
 			return math.Inf(1)
 		}
 		fl := float64(l)
-		s = logAddExp(s, math.Log(3)+logBinom(a, l)+(fa-fl)*l1q+fl*lq+(fl-1)*base[l])
+		s = logAddExp(s, f+logBinom(a, l)+(fa-fl)*l1q+fl*lq+(fl-1)*base[l])
 	}
 	return max(0, s/(fa-1))
 }
