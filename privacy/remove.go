@@ -122,7 +122,7 @@ func (p poly) shift(k int) poly {
 	return append(out, p...)
 }
 
-// third is p”'(1).
+// third is p's third derivative at 1.
 func (p poly) third() *big.Int {
 	s := new(big.Int)
 	for i, x := range p {
