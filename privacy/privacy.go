@@ -24,7 +24,9 @@
 // Doroshenko et al. 2022), runs of one event by one FFT power in a
 // Chernoff window, truncated mass counted in delta. Otherwise it adds
 // Renyi-DP curves: the sampled Gaussian of Mironov, Talwar and Zhang
-// (2019), Zhu and Wang's (2019) bound for any Poisson-sampled curve, Wang,
+// (2019), for any Poisson-sampled curve the same binomial sum with its
+// remove direction certified per rate and order (remove.go; Zhu and
+// Wang's 2019 bound where not), Wang,
 // Balle and Kasiviswanathan's (2019) for sampling without replacement, and
 // the conversion of Canonne, Kamath and Steinke (2020). Auto takes the
 // smaller of the two where both apply; NoiseMultiplier finds the least Z
