@@ -348,7 +348,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 	delta := e.cfg.DP.delta()
 	u := &privacy.UserLevel{Rounds: e.most(), Relation: privacy.AddRemove, NoiseMultiplier: e.cfg.DP.Noise}
 	if _, l2 := e.m.(mech.L2); l2 {
-		u.Relation = "add/remove: a round's sum carries the same shares of the noise whoever takes part (topUp); against the server, zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
+		u.Relation = "add/remove: each round's sum carries the same shares of the noise whoever takes part, the server adding the missing clients'; against the server, zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
 	}
 	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.sizes[0])
 	if err != nil {
