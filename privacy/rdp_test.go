@@ -362,3 +362,13 @@ func logs(p []float64) []float64 {
 	}
 	return out
 }
+
+// BenchmarkRemoveCertificate is the remove direction's certificate at q =
+// 0.1 and order 64, the largest certified (uncached).
+func BenchmarkRemoveCertificate(b *testing.B) {
+	for range b.N {
+		if !certifyRemove(0.1, 64) {
+			b.Fatal("not certified")
+		}
+	}
+}
