@@ -298,13 +298,21 @@ func (s *secure) count() int { return s.n }
 // addShare adds the server's share of an L2 mechanism's noise (topUp) to
 // the fields it will add to the unmasked sum before decoding it; the
 // sum's width k holds the uploads' fields, and these are added in full.
+// The share, one vector, is unpacked into s.scratch, reused.
 func (s *secure) addShare(payload []byte) error {
-	x, err := Fields(s.m, [][]byte{payload}, s.sizes)
-	if err != nil {
+	if len(s.sizes) != 1 {
+		return fmt.Errorf("fl: a share of the noise is one vector, not %d", len(s.sizes))
+	}
+	f := s.m.Fields(s.sizes[0])
+	if cap(s.scratch) < f {
+		s.scratch = make([]uint64, f)
+	}
+	x := s.scratch[:f]
+	if err := s.m.Unpack(x, payload, s.sizes[0]); err != nil {
 		return err
 	}
 	if s.shares == nil {
-		s.shares = make([]uint64, len(x))
+		s.shares = make([]uint64, f)
 	}
 	for i, v := range x {
 		s.shares[i] += v

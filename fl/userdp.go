@@ -176,44 +176,10 @@ func (c *Config) noiseShares(n int) (h int, tail float64) {
 	if c.DP.TargetEpsilon > 0 {
 		capEps = c.DP.TargetEpsilon * (1 + 1e-6)
 	}
-	// log of the largest per-round tail probability allowed.
-	limit := math.Log(tailShare*c.DP.delta()) - math.Log(float64(max(c.Rounds, 1))) - logOnePlusExp(capEps)
-	// Walk down from n, adding P[count = j] to P[count > j-1], while the
-	// tail stays within the limit.
-	lq, l1q := math.Log(q), math.Log1p(-q)
-	lgn, _ := math.Lgamma(float64(n) + 1)
-	logTail := math.Inf(-1)
-	h = n
-	for j := n; j > k; j-- {
-		lj, _ := math.Lgamma(float64(j) + 1)
-		lnj, _ := math.Lgamma(float64(n-j) + 1)
-		next := logAddExp(logTail, lgn-lj-lnj+float64(j)*lq+float64(n-j)*l1q)
-		if next > limit {
-			break
-		}
-		h, logTail = j-1, next
-	}
-	return h, math.Exp(logTail)
-}
-
-func logOnePlusExp(x float64) float64 {
-	if x > 30 {
-		return x + math.Exp(-x)
-	}
-	return math.Log1p(math.Exp(x))
-}
-
-func logAddExp(a, b float64) float64 {
-	if math.IsInf(a, -1) {
-		return b
-	}
-	if math.IsInf(b, -1) {
-		return a
-	}
-	if a < b {
-		a, b = b, a
-	}
-	return a + math.Log1p(math.Exp(b-a))
+	// The largest per-round tail probability allowed, in logs; log(1 +
+	// e^x) = x + log1p(e^-x) does not overflow.
+	limit := math.Log(tailShare*c.DP.delta()) - math.Log(float64(max(c.Rounds, 1))) - capEps - math.Log1p(math.Exp(-capEps))
+	return privacy.BinomialQuantile(n, k, q, limit)
 }
 
 // noiseClients is Mech.Clients: the honest shares of a round's H (see
@@ -236,6 +202,15 @@ func (c *Config) modelDelta(n int) float64 {
 		}
 	}
 	return c.DP.delta()
+}
+
+// modelDelta is Config.modelDelta for the engine's run, from the tail
+// New computed once.
+func (e *Engine) modelDelta() float64 {
+	if e.tail > 0 {
+		return e.cfg.DP.delta() * (1 - tailShare)
+	}
+	return e.cfg.DP.delta()
 }
 
 // topUp adds to round p's sum the shares of the noise of the clients it
@@ -325,7 +300,7 @@ func (e *Engine) budget(t, online int) error {
 		return err
 	}
 	// RDP first: it is never below the accountant's answer, and cheap.
-	delta := e.cfg.modelDelta(len(e.examples))
+	delta := e.modelDelta()
 	if eps, err := next.RDPEpsilon(delta); err == nil && eps <= target*(1+budgetSlack) {
 		return nil
 	}
@@ -362,7 +337,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 		u.Note = "no noise: clipped FedAvg guarantees nothing"
 		return u, nil
 	}
-	dm := e.cfg.modelDelta(len(e.examples))
+	dm := e.modelDelta()
 	g, err := e.acct.Guarantee(dm)
 	if err != nil {
 		return nil, err
@@ -370,7 +345,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 	// The rounds that sampled more than H clients (noiseShares), paid in
 	// delta.
 	if _, l2 := e.m.(mech.L2); l2 && e.tail > 0 {
-		dm = min(1, dm+math.Exp(logOnePlusExp(g.Eps)+math.Log(float64(t)*e.tail)))
+		dm = min(1, dm+(1+math.Exp(g.Eps))*float64(t)*e.tail)
 	}
 	u.Model = privacy.NewBound(g.Eps, dm)
 	u.Accountant = fmt.Sprintf("%s: %s", g.Method, e.acct)
