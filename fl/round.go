@@ -283,6 +283,7 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 		if err != nil {
 			return r, err
 		}
+		r.NoiseShares = shares
 		est, err := p.agg.mean()
 		_, secured := p.agg.(*secure)
 		_, robustRound := p.agg.(*robustSum)

@@ -40,12 +40,31 @@ func NoiseMultiplier(targetEps, delta float64, event func(z float64) Event) (flo
 	// The search runs the PLD accountant at 10 times its step (with
 	// connect-the-dots rounding this moves epsilon by far less than the
 	// tolerance, and it is still an upper bound); the answer is checked
-	// at the accountant's own precision.
+	// at the accountant's own precision. The last few z's events are
+	// kept: a costly curve (pbm's) keeps its values for the bracket's
+	// ends and the check, and its memory stays bounded.
 	const searchRho = 10 * pldRho
+	type built struct {
+		z  float64
+		ev Event
+	}
+	var recent []built
+	eventAt := func(z float64) Event {
+		for _, b := range recent {
+			if b.z == z {
+				return b.ev
+			}
+		}
+		if len(recent) == 4 {
+			recent = recent[1:]
+		}
+		recent = append(recent, built{z, event(z)})
+		return recent[len(recent)-1].ev
+	}
 	epsAt := func(z float64, m Method) (float64, Method, error) {
 		a := NewAccountant(m)
 		a.rho = searchRho
-		if err := a.Compose(event(z)); err != nil {
+		if err := a.Compose(eventAt(z)); err != nil {
 			return 0, 0, fmt.Errorf("privacy: the run at noise multiplier %v: %w", z, err)
 		}
 		g, err := a.Guarantee(delta)
@@ -72,41 +91,55 @@ func NoiseMultiplier(targetEps, delta float64, event func(z float64) Event) (flo
 	if ok, _ := meets(MinNoiseMultiplier, Auto); ok {
 		return MinNoiseMultiplier, nil
 	}
-	// Bracket with RDP: its epsilon is at least the accountant's, so where
-	// RDP meets the target the accountant does too.
 	lo, hi := MinNoiseMultiplier, float64(MaxNoiseMultiplier)
-	if ok, _ := meets(hi, RDP); ok {
-		for hi/lo > 1+1e-3 {
-			mid := math.Sqrt(lo * hi)
-			if ok, _ := meets(mid, RDP); ok {
-				hi = mid
-			} else {
-				lo = mid
+	if method != RDP {
+		// Bracket with RDP: its epsilon is at least the accountant's, so
+		// where RDP meets the target the accountant does too.
+		if ok, _ := meets(hi, RDP); ok {
+			hi = narrow(lo, hi, 1e-3, func(z float64) (bool, float64) { return meets(z, RDP) })
+			// The accountant's bracket: hi meets; step down until a z fails.
+			lo = hi
+			for f := 0.8; ; f *= 0.8 {
+				z := max(MinNoiseMultiplier, hi*f)
+				if ok, _ := meets(z, Auto); !ok {
+					lo = z
+					break
+				}
+				hi = z
 			}
-		}
-		if method == RDP {
-			return hi, nil
-		}
-		// The accountant's bracket: hi meets; step down until a z fails.
-		lo = hi
-		for f := 0.8; ; f *= 0.8 {
-			z := max(MinNoiseMultiplier, hi*f)
-			if ok, _ := meets(z, Auto); !ok {
-				lo = z
-				break
-			}
-			hi = z
 		}
 	}
-	// Regula falsi (Illinois) on g(t) = log eps - log target, t = log z,
-	// g(lo) > 0 >= g(hi); fl, fh are the values it interpolates (halved
-	// as Illinois does when one end stays).
+	hi = narrow(lo, hi, 1e-4, func(z float64) (bool, float64) { return meets(z, Auto) })
+	// The check, at the accountant's own precision, stepping up by the
+	// tolerance while it fails.
+	for range 100 {
+		a := NewAccountant(Auto)
+		if err := a.Compose(eventAt(hi)); err != nil {
+			return 0, err
+		}
+		e, err := a.Epsilon(delta)
+		if err == nil && e <= targetEps {
+			return hi, nil
+		}
+		hi *= 1 + 1e-4
+	}
+	return 0, fmt.Errorf("privacy: noise multiplier for epsilon %v at delta %v: the search's answer %v fails at full precision", targetEps, delta, hi)
+}
+
+// narrow is the smallest z in [lo, hi] that meets a target, to a relative
+// tol, by regula falsi (Illinois) on g(t) = log eps - log target, t = log
+// z: meets(z) says whether z meets it and gives g(z), g(lo) > 0 >= g(hi)
+// (+Inf where z cannot be evaluated: the step bisects). Illinois halves
+// the value kept at an end that stays, so the bracket shrinks from both
+// sides in a few steps, where bisection over [0.05, 1000] would take 14.
+// It returns as soon as hi's epsilon is within 1e-6 of the target.
+func narrow(lo, hi, tol float64, meets func(z float64) (bool, float64)) float64 {
 	tl, th := math.Log(lo), math.Log(hi)
-	_, gl := meets(lo, Auto)
-	_, gh := meets(hi, Auto)
-	fl, fh := gl, gh
+	_, fl := meets(lo)
+	_, gh := meets(hi)
+	fh := gh
 	side := 0
-	for th-tl > 1e-4 && gh < -1e-6 {
+	for th-tl > tol && gh < -1e-6 {
 		t := (tl + th) / 2
 		if !math.IsInf(fl, 0) && fl != fh {
 			t = th - fh*(th-tl)/(fh-fl)
@@ -114,7 +147,7 @@ func NoiseMultiplier(targetEps, delta float64, event func(z float64) Event) (flo
 			t = min(max(t, tl+(th-tl)/20), th-(th-tl)/20)
 		}
 		z := math.Exp(t)
-		ok, g := meets(z, Auto)
+		ok, g := meets(z)
 		if ok {
 			hi, th, gh, fh = z, t, g, g
 			if side == 1 {
@@ -129,18 +162,5 @@ func NoiseMultiplier(targetEps, delta float64, event func(z float64) Event) (flo
 			side = -1
 		}
 	}
-	// The check, at the accountant's own precision, stepping up by the
-	// tolerance while it fails.
-	for range 100 {
-		a := NewAccountant(Auto)
-		if err := a.Compose(event(hi)); err != nil {
-			return 0, err
-		}
-		e, err := a.Epsilon(delta)
-		if err == nil && e <= targetEps {
-			return hi, nil
-		}
-		hi *= 1 + 1e-4
-	}
-	return 0, fmt.Errorf("privacy: noise multiplier for epsilon %v at delta %v: the search's answer %v fails at full precision", targetEps, delta, hi)
+	return hi
 }

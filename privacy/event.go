@@ -125,16 +125,16 @@ func checkRate(q float64) error {
 	return nil
 }
 
-// tabulate evaluates c at curveOrders, refusing NaN, negative values and a
-// curve that is not a function.
-func (c RDPCurve) tabulate() (rdpTable, error) {
+// tabulate evaluates c at orders (curveOrders, or intOrders where only
+// the integers are read), refusing NaN, negative values and a curve that
+// is not a function.
+func (c RDPCurve) tabulate(orders []float64) (rdpTable, error) {
 	if c.Eps == nil {
 		return rdpTable{}, fmt.Errorf("privacy: RDP curve %q has no Eps function", c.Name)
 	}
 	if math.IsNaN(c.MaxOrder) || c.MaxOrder < 0 || c.MaxOrder > 0 && c.MaxOrder < 2 {
 		return rdpTable{}, fmt.Errorf("privacy: RDP curve %q: largest order %v must be at least 2 (0: every order)", c.Name, c.MaxOrder)
 	}
-	orders := curveOrders
 	if c.MaxOrder > 0 {
 		n := 0
 		for n < len(orders) && orders[n] <= c.MaxOrder {
@@ -242,7 +242,7 @@ func flatten(e Event, times int, out []atom) ([]atom, error) {
 		}
 		return append(out, atom{e, times}), nil
 	case RDPCurve:
-		t, err := e.tabulate()
+		t, err := e.tabulate(curveOrders)
 		if err != nil {
 			return nil, err
 		}
@@ -280,7 +280,7 @@ func flatten(e Event, times int, out []atom) ([]atom, error) {
 		if err := checkRate(e.Rate); err != nil {
 			return nil, err
 		}
-		inner, err := sampledInner(e.Event, "PoissonSampled")
+		inner, err := sampledInner(e.Event, "PoissonSampled", e.Rate < 1)
 		if err != nil {
 			return nil, err
 		}
@@ -289,7 +289,7 @@ func flatten(e Event, times int, out []atom) ([]atom, error) {
 		if e.N < 1 || e.M < 1 || e.M > e.N {
 			return nil, fmt.Errorf("privacy: fixed-size sample of M %d from N %d clients: need 1 <= M <= N", e.M, e.N)
 		}
-		inner, err := sampledInner(e.Event, "FixedSampled")
+		inner, err := sampledInner(e.Event, "FixedSampled", e.M < e.N)
 		if err != nil {
 			return nil, err
 		}
@@ -299,8 +299,18 @@ func flatten(e Event, times int, out []atom) ([]atom, error) {
 }
 
 // sampledInner validates the event inside a sampling and tabulates a
-// curve: it must be a single mechanism.
-func sampledInner(e Event, what string) (Event, error) {
+// curve: it must be a single mechanism. A sampling that amplifies reads a
+// curve at integer orders only (rdpPoissonGeneral, rdpFixedGeneral), so
+// a curve is tabulated at those alone (a costly one, pbm's, at 63 orders
+// up to 64 rather than 153).
+func sampledInner(e Event, what string, amplifies bool) (Event, error) {
+	if c, ok := e.(RDPCurve); ok && amplifies {
+		t, err := c.tabulate(intOrders)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
 	switch e.(type) {
 	case Gaussian, RDPCurve, rdpTable, Pair:
 		a, err := flatten(e, 1, nil)

@@ -52,6 +52,18 @@ var curveOrders = func() []float64 {
 	return out
 }()
 
+// intOrders are the integers from 2 to the largest order: where a
+// sampled curve is read.
+var intOrders = func() []float64 {
+	var out []float64
+	for _, a := range curveOrders {
+		if a == math.Trunc(a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}()
+
 // maxIntOrder is the largest integer order the accountant uses.
 var maxIntOrder = int(rdpOrders[len(rdpOrders)-1])
 

@@ -178,7 +178,7 @@ func TestPoissonGeneralGaussian(t *testing.T) {
 
 func mustTable(t *testing.T, c RDPCurve) rdpTable {
 	t.Helper()
-	tb, err := c.tabulate()
+	tb, err := c.tabulate(curveOrders)
 	if err != nil {
 		t.Fatal(err)
 	}

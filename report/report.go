@@ -46,6 +46,7 @@ type Round struct {
 	TrainLoss          float64  `json:"train_loss"`             // mean local training loss of the round's clients
 	Clients            int      `json:"clients"`                // updates aggregated
 	Dropped            int      `json:"dropped"`                // sampled clients that dropped out
+	NoiseShares        int      `json:"noise_shares,omitempty"` // shares of an L2 mechanism's noise the server added for the clients the round lacked
 	UplinkBits         int64    `json:"uplink_bits"`            // payload bits received this round
 	UplinkBitsPerParam float64  `json:"uplink_bits_per_param"`  // payload bits per parameter per client
 	SetupBytes         int64    `json:"setup_bytes"`            // bytes spent setting up shared randomness this round

@@ -2,9 +2,12 @@ package transport
 
 import (
 	"context"
-	"github.com/fedpq/fedpq/report"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fedpq/fedpq/report"
+	"github.com/fedpq/fedpq/secagg"
 )
 
 // TestDPFedAvgDeployed: DP-FedAvg over gRPC. With the central Gaussian, a
@@ -12,7 +15,8 @@ import (
 // that would spend past the target, says so, and its summary states the
 // user-level guarantee within the target; with pbm under secure
 // aggregation every upload of every round is counted and the guarantee
-// against the server is stated.
+// against the server is stated, and a client that leaves mid-round has its
+// share of the noise added by the server.
 func TestDPFedAvgDeployed(t *testing.T) {
 	t.Run("central budget", func(t *testing.T) {
 		c := runConfig(t, "none", 4, 10)
@@ -50,6 +54,45 @@ func TestDPFedAvgDeployed(t *testing.T) {
 		}
 		if u := s.Privacy.User; u == nil || u.Server == nil || u.Model == nil || u.Server.Eps < u.Model.Eps {
 			t.Errorf("user-level ledger %+v: want a guarantee against the server", u)
+		}
+	})
+	// A client that leaves after the round starts (after checking its
+	// shares, before its masked upload): the sum unmasks without it, and
+	// the server adds its share of the noise, so the round still carries
+	// the 7 shares the noise was sized for.
+	t.Run("pbm secure dropout", func(t *testing.T) {
+		c := runConfig(t, "pbm", 7, 1)
+		c.Weighting, c.Clip, c.NoiseMultiplier, c.SecureAggregation = "mean", 1, 1, true
+		ts := serve(t, ServerConfig{Run: c, KeyShareTimeout: 10 * time.Second}, "127.0.0.1:0")
+		h, err := newHostile(t, ts.addr, 6, 7, ts.srv.su.Model.NumParams())
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- h.play([]secagg.Behaviour{secagg.LeaveAfterCheck}) }()
+		var clients []*testClient
+		for k := range 6 {
+			clients = append(clients, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 7}))
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		s := ts.wait(t)
+		for _, tc := range clients {
+			tc.wait(t)
+		}
+		run, err := report.ReadRun(c.Dir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(run.Rounds) != 1 || s.Rounds != 1 {
+			t.Fatalf("%d rounds, want 1", len(run.Rounds))
+		}
+		if r := run.Rounds[0]; r.Clients != 6 || r.Dropped != 1 || r.NoiseShares != 1 || r.Discarded != "" {
+			t.Errorf("round 1: %d uploads, %d dropped, %d shares added by the server, discarded %q: want 6, 1, 1 and applied", r.Clients, r.Dropped, r.NoiseShares, r.Discarded)
+		}
+		if u := s.Privacy.User; u == nil || u.Server == nil || u.Model == nil {
+			t.Errorf("user-level ledger %+v: want guarantees against the models and the server", u)
 		}
 	})
 	// The adaptive clip under distributed noise: the count rides in each
