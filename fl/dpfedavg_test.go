@@ -405,7 +405,12 @@ func TestUserLevelResume(t *testing.T) {
 // guarantee against the server composes the rounds the most-sampled
 // client took part in, without amplification, so it is at least the
 // amplified one against whoever gets the models; without secure
-// aggregation there is none against the server.
+// aggregation there is none against the server. Under fixed-size
+// sampling the relation is replace-one, against the models and the server
+// alike: ddgauss's replace-one curve is amplified, and the server's bound
+// (replace-one, unamplified) is above the zero-out one of the Poisson run.
+// (At this rate, 8 of 16, Wang, Balle and Kasiviswanathan's general bound
+// amplifies so little that the models' bound is above the server's.)
 func TestUserLevelServer(t *testing.T) {
 	cfg := dpConfig()
 	cfg.Mechanism, cfg.Rounds, cfg.ClientsPerRound, cfg.Sampling = "ddgauss", 4, 8, "poisson"
@@ -426,6 +431,22 @@ func TestUserLevelServer(t *testing.T) {
 		case !strings.Contains(u.Relation, "zero-out"):
 			t.Errorf("relation %q", u.Relation)
 		}
+	}
+	cfg.SecureAggregation = true
+	_, rounds := run(t, cfg, task)
+	poisson := rounds[len(rounds)-1].Privacy.User
+	cfg.Sampling = "fixed"
+	_, rounds = run(t, cfg, task)
+	u := rounds[len(rounds)-1].Privacy.User
+	switch {
+	case u == nil || u.Model == nil || u.Server == nil:
+		t.Fatalf("fixed-size: no guarantee: %+v", u)
+	case !strings.HasPrefix(u.Relation, "replace-one") || !strings.Contains(u.Amplification, "fixed-size sampling, 8 of 16"):
+		t.Errorf("fixed-size: relation %q, amplification %q", u.Relation, u.Amplification)
+	case !strings.Contains(u.Accountant, "fixed") || !strings.Contains(u.Accountant, "replace-one"):
+		t.Errorf("fixed-size: accountant %q, want the replace-one curve sampled without replacement", u.Accountant)
+	case u.Server.Eps <= poisson.Server.Eps:
+		t.Errorf("fixed-size: server %v; want it above zero-out's %v", u.Server, poisson.Server)
 	}
 }
 
@@ -577,12 +598,41 @@ func TestDPClaims(t *testing.T) {
 
 	c = dpConfig()
 	c.ClientsPerRound = 10
-	ev, why := c.sampled(privacy.Gaussian{Z: 3}, "none", 100, 40)
-	if want := (privacy.FixedSampled{M: 10, N: 40, Event: privacy.Gaussian{Z: 1.5}}); ev != want || !strings.Contains(why, "10 of 40") {
-		t.Errorf("fixed-size sampling: %#v (%s), want %#v", ev, why, want)
+	central, err := mech.New("none", mech.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	curve := privacy.RDPCurve{Name: "pbm"}
-	if ev, why := c.sampled(curve, "pbm", 100, 40); ev.(privacy.RDPCurve).Name != "pbm" || !strings.Contains(why, "use sampling: poisson") {
-		t.Errorf("an L2 curve under fixed-size sampling: %#v (%s)", ev, why)
+	ev, why, err := c.sampledRound(central, 3, 50, 100, 40)
+	if want := (privacy.FixedSampled{M: 10, N: 40, Event: privacy.Gaussian{Z: 1.5}}); err != nil || ev != want || !strings.Contains(why, "10 of 40") {
+		t.Errorf("fixed-size sampling: %#v (%s, %v), want %#v", ev, why, err, want)
+	}
+	// ddgauss and skellam state a replace-one curve: fixed-size sampling
+	// amplifies it; pbm states none, and is not amplified.
+	for _, name := range []string{"ddgauss", "skellam", "pbm"} {
+		m, err := mech.New(name, mech.Config{Noise: 1, Clients: 10, ModBits: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, why, err := c.sampledRound(m, 1, 50, 100, 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "pbm" {
+			if ev.(privacy.RDPCurve).Name != "pbm" || !strings.Contains(why, "use sampling: poisson") {
+				t.Errorf("pbm under fixed-size sampling: %#v (%s), want its zero-out curve, unamplified", ev, why)
+			}
+			continue
+		}
+		f, ok := ev.(privacy.FixedSampled)
+		if !ok || f.M != 10 || f.N != 40 || !strings.Contains(why, "10 of 40") {
+			t.Fatalf("%s under fixed-size sampling: %#v (%s), want 10 of 40 sampled", name, ev, why)
+		}
+		want, err := m.(mech.Replacer).ReplaceRDP(4, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Event.(privacy.RDPCurve).Eps(4); got != want {
+			t.Errorf("%s: the sampled curve at order 4 is %v, want the replace-one curve's %v", name, got, want)
+		}
 	}
 }

@@ -53,27 +53,58 @@ func RoundEvent(m mech.Mechanism, z float64, params int) (privacy.Event, error) 
 // only tighten epsilons below about ln(1/delta)/64 (0.2 at delta 1e-5).
 const l2MaxOrder = 64
 
-// sampled is ev on a round drawn from online of n enrolled clients by the
-// run's sampling, as the accountant takes it, and what it amplifies by:
-// Poisson sampling at the run's rate, or fixed-size sampling of k of the
-// online clients (replace-one: the central Gaussian's sensitivity
-// doubles); ev itself where every client online takes part, or where
-// mechanism states no replace-one curve.
-func (c *Config) sampled(ev privacy.Event, mechanism string, n, online int) (privacy.Event, string) {
+// replaceEvent is RoundEvent for the replacement of one client's data by
+// another's, fixed-size sampling's relation: the Gaussian at half the
+// multiplier (the sensitivity doubles), or a mech.Replacer's curve; ok is
+// false for a mechanism that states none (pbm).
+func replaceEvent(m mech.Mechanism, z float64, params int) (ev privacy.Event, ok bool, err error) {
+	if _, l2 := m.(mech.L2); !l2 {
+		return privacy.Gaussian{Z: z / 2}, true, nil
+	}
+	r, ok := m.(mech.Replacer)
+	if !ok {
+		return nil, false, nil
+	}
+	if _, err := r.ReplaceRDP(2, params); err != nil {
+		return nil, false, err
+	}
+	return privacy.RDPCurve{Name: m.Name() + ", replace-one", MaxOrder: l2MaxOrder, Eps: func(a float64) float64 {
+		e, err := r.ReplaceRDP(a, params)
+		if err != nil {
+			return math.Inf(1)
+		}
+		return e
+	}}, true, nil
+}
+
+// sampledRound is what one round drawn from online of n enrolled clients
+// does with one client's data, as the accountant takes it, and what it
+// amplifies by: Poisson sampling at the run's rate (add/remove), or
+// fixed-size sampling of k of the online clients (replace-one:
+// replaceEvent); the round's own event where every client online takes
+// part, or where the mechanism states no replace-one curve.
+func (c *Config) sampledRound(m mech.Mechanism, z float64, params, n, online int) (privacy.Event, string, error) {
+	ev, err := RoundEvent(m, z, params)
+	if err != nil {
+		return nil, "", err
+	}
 	q := c.rate(n)
 	k := c.ClientsPerRound
 	switch {
 	case c.Sampling == "poisson" && q < 1:
-		return privacy.PoissonSampled{Rate: q, Event: ev}, fmt.Sprintf("Poisson sampling at rate %.4g, the server's secret draw", q)
+		return privacy.PoissonSampled{Rate: q, Event: ev}, fmt.Sprintf("Poisson sampling at rate %.4g, the server's secret draw", q), nil
 	case k > 0 && k < online:
-		g, ok := ev.(privacy.Gaussian)
-		if !ok {
-			return ev, fmt.Sprintf("none: %s states its curve for add/remove only, and fixed-size sampling's relation is replace-one (use sampling: poisson)", mechanism)
+		rev, ok, err := replaceEvent(m, z, params)
+		if err != nil {
+			return nil, "", err
 		}
-		return privacy.FixedSampled{M: k, N: online, Event: privacy.Gaussian{Z: g.Z / 2}},
-			fmt.Sprintf("fixed-size sampling, %d of %d clients, the server's secret draw", k, online)
+		if !ok {
+			return ev, fmt.Sprintf("none: %s states its curve for zero-out only, and fixed-size sampling's relation is replace-one (use sampling: poisson)", m.Name()), nil
+		}
+		return privacy.FixedSampled{M: k, N: online, Event: rev},
+			fmt.Sprintf("fixed-size sampling, %d of %d clients, the server's secret draw", k, online), nil
 	}
-	return ev, "none: every client online takes part in every round"
+	return ev, "none: every client online takes part in every round", nil
 }
 
 // PrepareDP completes a DP-FedAvg configuration for a run of n clients
@@ -127,11 +158,10 @@ func (c *Config) runEvent(n, d int, z float64) (privacy.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	ev, err := RoundEvent(m, z, d)
+	ev, _, err := c.sampledRound(m, z, d, n, n)
 	if err != nil {
 		return nil, err
 	}
-	ev, _ = c.sampled(ev, c.Mechanism, n, n)
 	return privacy.Composed{Event: ev, Count: c.Rounds}, nil
 }
 
@@ -253,11 +283,10 @@ func (e *Engine) accountRound(p *Plan) error {
 	if e.tree != nil {
 		return nil // the tree's guarantee follows from the rounds alone (treeLevel)
 	}
-	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.sizes[0])
+	ev, _, err := e.cfg.sampledRound(e.m, e.cfg.DP.Noise, e.sizes[0], len(e.examples), p.online)
 	if err != nil {
 		return err
 	}
-	ev, _ = e.cfg.sampled(ev, e.m.Name(), len(e.examples), p.online)
 	return e.acct.Compose(ev)
 }
 
@@ -291,11 +320,10 @@ func (e *Engine) budget(t, online int) error {
 	} else if err := json.Unmarshal(b, next); err != nil {
 		return err
 	}
-	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.sizes[0])
+	ev, _, err := e.cfg.sampledRound(e.m, e.cfg.DP.Noise, e.sizes[0], len(e.examples), online)
 	if err != nil {
 		return err
 	}
-	ev, _ = e.cfg.sampled(ev, e.m.Name(), len(e.examples), online)
 	if err := next.Compose(ev); err != nil {
 		return err
 	}
@@ -325,13 +353,17 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 	if _, l2 := e.m.(mech.L2); l2 {
 		u.Relation = "add/remove: each round's sum carries the same shares of the noise whoever takes part, the server adding the missing clients'; against the server, zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
 	}
-	ev, err := RoundEvent(e.m, e.cfg.DP.Noise, e.sizes[0])
+	_, amp, err := e.cfg.sampledRound(e.m, e.cfg.DP.Noise, e.sizes[0], len(e.examples), len(e.examples))
 	if err != nil {
 		return nil, err
 	}
-	_, u.Amplification = e.cfg.sampled(ev, e.m.Name(), len(e.examples), len(e.examples))
-	if r := e.acct.Relation(); r == privacy.ReplaceOne {
-		u.Relation = r
+	u.Amplification = amp
+	replace := e.acct.Relation() == privacy.ReplaceOne
+	if replace {
+		u.Relation = privacy.ReplaceOne
+		if _, l2 := e.m.(mech.L2); l2 {
+			u.Relation = "replace-one: fixed-size sampling; each round's sum carries the same shares of the noise whoever takes part, the server adding the missing clients'; against the server too, one client's update replaced by another (mech.Replacer)"
+		}
 	}
 	if e.cfg.DP.Noise == 0 {
 		u.Note = "no noise: clipped FedAvg guarantees nothing"
@@ -351,7 +383,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 	u.Accountant = fmt.Sprintf("%s: %s", g.Method, e.acct)
 	switch _, l2 := e.m.(mech.L2); {
 	case l2 && e.cfg.SecureAggregation:
-		server, err := e.serverLevel(u.Rounds, delta)
+		server, err := e.serverLevel(u.Rounds, delta, replace)
 		if err != nil {
 			return nil, err
 		}
@@ -373,18 +405,28 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 // knows whom it sampled), and in each round only the honest clients'
 // shares of the noise, at least the fewest uploads any round summed less
 // the colluders (the server's own shares, topUp's, hide nothing from it).
-// It is nil when no honest share is left.
-func (e *Engine) serverLevel(rounds int, delta float64) (*privacy.Bound, error) {
+// It is nil when no honest share is left. replace states it for the
+// replacement of one client's update (the run's relation under fixed-size
+// sampling) rather than its zero-out.
+func (e *Engine) serverLevel(rounds int, delta float64, replace bool) (*privacy.Bound, error) {
 	honest := e.minSum - e.colluders()
 	if honest < 1 {
 		return nil, nil
 	}
 	l2 := e.m.(mech.L2)
-	if _, err := l2.SumRDP(2, e.sizes[0], honest); err != nil {
+	sum := l2.SumRDP
+	if replace {
+		r, ok := e.m.(mech.Replacer)
+		if !ok {
+			return nil, fmt.Errorf("fl: %s states no replace-one curve, but the run's relation is replace-one", e.m.Name())
+		}
+		sum = r.SumReplaceRDP
+	}
+	if _, err := sum(2, e.sizes[0], honest); err != nil {
 		return nil, err
 	}
 	ev := privacy.RDPCurve{Name: fmt.Sprintf("%s, %d honest shares", e.m.Name(), honest), MaxOrder: l2MaxOrder, Eps: func(a float64) float64 {
-		r, err := l2.SumRDP(a, e.sizes[0], honest)
+		r, err := sum(a, e.sizes[0], honest)
 		if err != nil {
 			return math.Inf(1)
 		}

@@ -25,8 +25,9 @@ import (
 //     client's rounded vector: Delta2 = Bound and Delta1 = Bound
 //     min(sqrt(d'), Bound) (Bound as in distParams, enforced by
 //     conditional rounding). A zero vector rounds to zero exactly, so the
-//     zeroed client adds its noise and nothing else. The per-round mode
-//     uses the replacement of one client instead, twice these;
+//     zeroed client adds its noise and nothing else. The per-round mode,
+//     and SumReplaceRDP (fixed-size sampling), use the replacement of one
+//     client instead, twice these;
 //   - RDP is Kairouz et al.'s bound (ddgauss) or Agarwal et al.'s
 //     (skellam) of distParams at these sensitivities, at the order
 //     ceil(alpha) (Renyi divergence grows with the order, and Agarwal et
@@ -85,6 +86,24 @@ func (m distL2) RDP(alpha float64, n int) (float64, error) {
 // Skellam of clients times the share's mean, or clients discrete
 // Gaussians of the share's variance (Kairouz et al.'s tau for that many).
 func (m distL2) SumRDP(alpha float64, n, clients int) (float64, error) {
+	return m.sumRDP(alpha, n, clients, 1)
+}
+
+// ReplaceRDP is SumReplaceRDP at the count the noise is sized for.
+func (m distL2) ReplaceRDP(alpha float64, n int) (float64, error) {
+	return m.SumReplaceRDP(alpha, n, m.clients)
+}
+
+// SumReplaceRDP is SumRDP for the replacement of one client's vector by
+// another: the sum moves by the difference of two rounded vectors, within
+// 2 Bound in L2 and 2 Bound min(sqrt(d'), Bound) in L1, the per-round
+// mode's sensitivities (distdp_calib.go).
+func (m distL2) SumReplaceRDP(alpha float64, n, clients int) (float64, error) {
+	return m.sumRDP(alpha, n, clients, 2)
+}
+
+// sumRDP is the bound at the zero-out's sensitivities times scale.
+func (m distL2) sumRDP(alpha float64, n, clients int, scale float64) (float64, error) {
 	if err := checkOrder(m.name, alpha, n, distL2MaxParams); err != nil {
 		return 0, err
 	}
@@ -96,8 +115,8 @@ func (m distL2) SumRDP(alpha float64, n, clients int) (float64, error) {
 		return 0, err
 	}
 	a := math.Ceil(alpha)
-	d2 := p.bound
-	d1 := p.bound * min(math.Sqrt(float64(p.dp)), p.bound)
+	d2 := scale * p.bound
+	d1 := scale * p.bound * min(math.Sqrt(float64(p.dp)), p.bound)
 	if p.skellam {
 		return skellamRDP(a, d2, d1, 2*float64(clients)*p.lambda), nil
 	}

@@ -48,6 +48,21 @@ type L2 interface {
 	SumRDP(alpha float64, n, clients int) (float64, error)
 }
 
+// Replacer is an L2 mechanism whose curve is also stated for replacing
+// one client's vector by another, the relation of fixed-size sampling:
+// ddgauss and skellam, whose noise does not depend on the data, so a
+// replacement moves the sum by the difference of two rounded vectors,
+// within twice the zero-out's sensitivities. (pbm's trials are biased by
+// the data: a replacement changes the law of the target's trials, not a
+// shift, and its accounting covers zero-out only.)
+type Replacer interface {
+	L2
+	// ReplaceRDP and SumReplaceRDP are RDP and SumRDP for the
+	// replacement of one client's vector.
+	ReplaceRDP(alpha float64, n int) (float64, error)
+	SumReplaceRDP(alpha float64, n, clients int) (float64, error)
+}
+
 // l2NormSlack is how far above the bound an input's norm may be, as a
 // fraction of the bound: four float32 ulps, more than the rounding of a
 // vector that was clipped in float64 and stored in float32 (each

@@ -206,3 +206,46 @@ func TestSumRDP(t *testing.T) {
 		}
 	}
 }
+
+// TestSumReplaceRDP: ddgauss's and skellam's curves for replacing one
+// client's vector are their bounds at twice the zero-out's sensitivities,
+// about 4 times the zero-out's curve, as a Gaussian's is exactly (their
+// L1 terms scale by 2 to 4: from 3.9 to 4.4 times at a noise multiplier
+// of 1); pbm states none.
+func TestSumReplaceRDP(t *testing.T) {
+	const n = 1000
+	for _, name := range []string{"skellam", "ddgauss", "pbm"} {
+		c := DefaultConfig()
+		c.Noise, c.Clients = 1, 40
+		m, err := New(name, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := m.(Replacer)
+		if name == "pbm" {
+			if ok {
+				t.Error("pbm states a replace-one curve: its accounting covers zero-out only")
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("%s states no replace-one curve", name)
+		}
+		for _, a := range []float64{2, 4, 8, 16} {
+			zero, err := r.SumRDP(a, n, 30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			repl, err := r.SumReplaceRDP(a, n, 30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ratio := repl / zero; !(ratio >= 3.9 && ratio <= 4.4) {
+				t.Errorf("%s order %v: replace-one %v, zero-out %v: ratio %v, want 3.9 to 4.4", name, a, repl, zero, ratio)
+			}
+		}
+		if _, err := r.SumReplaceRDP(1, n, 30); err == nil {
+			t.Errorf("%s: order 1 accepted", name)
+		}
+	}
+}

@@ -236,7 +236,12 @@ func poissonGeneralInt(q float64, base []float64, a int) float64 {
 //	1/(a-1) log{ 1 + q^2 C(a,2) min(4 (e^base(2) - 1), 2 e^base(2))
 //	             + sum_{j=3..a} 2 q^j C(a,j) e^((j-1) base(j)) },
 //
-// and between integers the convex interpolation of their Corollary 10.
+// and between integers the convex interpolation of their Corollary 10;
+// and never above base itself: the sampled mechanism is a mixture, over
+// the same draw in both worlds, of pairs that are either equal or
+// neighbours, and Renyi divergence is jointly quasi-convex (van Erven and
+// Harremoes 2014, Theorem 13), which matters at high rates, where the
+// factor 2 outweighs the amplification.
 func rdpFixedGeneral(q float64, base []float64, a float64) float64 {
 	if q == 1 {
 		return interpolateInt(func(n int) float64 { return base[n] }, a)
@@ -262,7 +267,7 @@ func fixedGeneralInt(q float64, base []float64, a int) float64 {
 		fj := float64(j)
 		s = logAddExp(s, math.Ln2+fj*lq+logBinom(a, j)+(fj-1)*base[j])
 	}
-	return max(0, s/float64(a-1))
+	return min(base[a], max(0, s/float64(a-1)))
 }
 
 // interpolateInt is f at order a >= 1, f known at integers >= 2: f(a) at
