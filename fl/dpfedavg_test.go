@@ -602,7 +602,7 @@ func TestDPClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, why, err := c.sampledRound(central, 3, 50, 100, 40)
+	ev, why, err := c.sampledRound(central, 3, 50, 100, 40, l2MaxOrder)
 	if want := (privacy.FixedSampled{M: 10, N: 40, Event: privacy.Gaussian{Z: 1.5}}); err != nil || ev != want || !strings.Contains(why, "10 of 40") {
 		t.Errorf("fixed-size sampling: %#v (%s, %v), want %#v", ev, why, err, want)
 	}
@@ -613,7 +613,7 @@ func TestDPClaims(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev, why, err := c.sampledRound(m, 1, 50, 100, 40)
+		ev, why, err := c.sampledRound(m, 1, 50, 100, 40, l2MaxOrder)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,6 +32,12 @@ var ErrBudget = errors.New("the user-level privacy budget is spent")
 // composes per round, and the claim package audit's user-level audit
 // tests.
 func RoundEvent(m mech.Mechanism, z float64, params int) (privacy.Event, error) {
+	return roundEvent(m, z, params, l2MaxOrder)
+}
+
+// roundEvent is RoundEvent with an L2 mechanism's curve computed up to
+// order maxOrder.
+func roundEvent(m mech.Mechanism, z float64, params, maxOrder int) (privacy.Event, error) {
 	l2, ok := m.(mech.L2)
 	if !ok {
 		return privacy.Gaussian{Z: z}, nil
@@ -39,7 +45,7 @@ func RoundEvent(m mech.Mechanism, z float64, params int) (privacy.Event, error) 
 	if _, err := l2.RDP(2, params); err != nil {
 		return nil, err
 	}
-	return privacy.RDPCurve{Name: m.Name(), MaxOrder: l2MaxOrder, Eps: func(a float64) float64 {
+	return privacy.RDPCurve{Name: m.Name(), MaxOrder: float64(maxOrder), Eps: func(a float64) float64 {
 		e, err := l2.RDP(a, params)
 		if err != nil {
 			return math.Inf(1)
@@ -53,11 +59,23 @@ func RoundEvent(m mech.Mechanism, z float64, params int) (privacy.Event, error) 
 // only tighten epsilons below about ln(1/delta)/64 (0.2 at delta 1e-5).
 const l2MaxOrder = 64
 
+// searchOrder is the largest order PrepareDP's search computes an L2
+// curve to, for a target eps at delta: the order that gives a run's
+// epsilon is near 1 + 2 ln(1/delta)/eps or below (a Gaussian's curve over
+// 200 Poisson-sampled rounds at eps 8, 3 and 1 needs orders 8, 8 and 24),
+// and twice that, at least 12, leaves room; PrepareDP checks the answer
+// at every order to l2MaxOrder. pbm's curve costs about linearly in its
+// orders, so the search is 3 to 5 times faster at eps 3 to 8.
+func searchOrder(eps, delta float64) int {
+	a := math.Ceil(2 * (1 + 2*math.Log(1/delta)/eps))
+	return int(min(max(a, 12), l2MaxOrder))
+}
+
 // replaceEvent is RoundEvent for the replacement of one client's data by
 // another's, fixed-size sampling's relation: the Gaussian at half the
 // multiplier (the sensitivity doubles), or a mech.Replacer's curve; ok is
 // false for a mechanism that states none (pbm).
-func replaceEvent(m mech.Mechanism, z float64, params int) (ev privacy.Event, ok bool, err error) {
+func replaceEvent(m mech.Mechanism, z float64, params, maxOrder int) (ev privacy.Event, ok bool, err error) {
 	if _, l2 := m.(mech.L2); !l2 {
 		return privacy.Gaussian{Z: z / 2}, true, nil
 	}
@@ -68,7 +86,7 @@ func replaceEvent(m mech.Mechanism, z float64, params int) (ev privacy.Event, ok
 	if _, err := r.ReplaceRDP(2, params); err != nil {
 		return nil, false, err
 	}
-	return privacy.RDPCurve{Name: m.Name() + ", replace-one", MaxOrder: l2MaxOrder, Eps: func(a float64) float64 {
+	return privacy.RDPCurve{Name: m.Name() + ", replace-one", MaxOrder: float64(maxOrder), Eps: func(a float64) float64 {
 		e, err := r.ReplaceRDP(a, params)
 		if err != nil {
 			return math.Inf(1)
@@ -82,9 +100,10 @@ func replaceEvent(m mech.Mechanism, z float64, params int) (ev privacy.Event, ok
 // amplifies by: Poisson sampling at the run's rate (add/remove), or
 // fixed-size sampling of k of the online clients (replace-one:
 // replaceEvent); the round's own event where every client online takes
-// part, or where the mechanism states no replace-one curve.
-func (c *Config) sampledRound(m mech.Mechanism, z float64, params, n, online int) (privacy.Event, string, error) {
-	ev, err := RoundEvent(m, z, params)
+// part, or where the mechanism states no replace-one curve. An L2 curve is
+// computed up to maxOrder.
+func (c *Config) sampledRound(m mech.Mechanism, z float64, params, n, online, maxOrder int) (privacy.Event, string, error) {
+	ev, err := roundEvent(m, z, params, maxOrder)
 	if err != nil {
 		return nil, "", err
 	}
@@ -94,7 +113,7 @@ func (c *Config) sampledRound(m mech.Mechanism, z float64, params, n, online int
 	case c.Sampling == "poisson" && q < 1:
 		return privacy.PoissonSampled{Rate: q, Event: ev}, fmt.Sprintf("Poisson sampling at rate %.4g, the server's secret draw", q), nil
 	case k > 0 && k < online:
-		rev, ok, err := replaceEvent(m, z, params)
+		rev, ok, err := replaceEvent(m, z, params, maxOrder)
 		if err != nil {
 			return nil, "", err
 		}
@@ -128,13 +147,7 @@ func (c *Config) PrepareDP(n, d int) error {
 		c.DP.Noise = z
 	}
 	if c.DP.TargetEpsilon > 0 && c.DP.Noise == 0 {
-		z, err := privacy.NoiseMultiplier(c.DP.TargetEpsilon, c.modelDelta(n), func(z float64) privacy.Event {
-			ev, err := c.runEvent(n, c.Encoded([]int{d})[0], z)
-			if err != nil {
-				return privacy.Gaussian{Z: 0} // refused by the accountant
-			}
-			return ev
-		})
+		z, err := c.calibrate(n, c.Encoded([]int{d})[0])
 		if err != nil {
 			return fmt.Errorf("fl: target epsilon %v over %d rounds at delta %g: %w", c.DP.TargetEpsilon, c.Rounds, c.DP.delta(), err)
 		}
@@ -147,9 +160,57 @@ func (c *Config) PrepareDP(n, d int) error {
 	return nil
 }
 
+// calibrate is the noise multiplier for TargetEpsilon (PrepareDP). An L2
+// mechanism's curve is searched up to searchOrder and the answer checked
+// at every order to l2MaxOrder: where the orders above the search's
+// change its epsilon, the search runs again over all of them.
+func (c *Config) calibrate(n, d int) (float64, error) {
+	delta := c.modelDelta(n)
+	search := func(maxOrder int) (float64, error) {
+		return privacy.NoiseMultiplier(c.DP.TargetEpsilon, delta, func(z float64) privacy.Event {
+			ev, err := c.runEvent(n, d, z, maxOrder)
+			if err != nil {
+				return privacy.Gaussian{Z: 0} // refused by the accountant
+			}
+			return ev
+		})
+	}
+	top := searchOrder(c.DP.TargetEpsilon, delta)
+	if c.Mechanism == "none" || top == l2MaxOrder {
+		return search(l2MaxOrder)
+	}
+	z, err := search(top)
+	if err != nil {
+		return 0, err
+	}
+	epsAt := func(maxOrder int) (float64, error) {
+		ev, err := c.runEvent(n, d, z, maxOrder)
+		if err != nil {
+			return 0, err
+		}
+		a := privacy.NewAccountant(privacy.Auto)
+		if err := a.Compose(ev); err != nil {
+			return 0, err
+		}
+		return a.Epsilon(delta)
+	}
+	part, err := epsAt(top)
+	if err != nil {
+		return 0, err
+	}
+	all, err := epsAt(l2MaxOrder)
+	if err != nil {
+		return 0, err
+	}
+	if all < part {
+		return search(l2MaxOrder)
+	}
+	return z, nil
+}
+
 // runEvent is the whole run at noise multiplier z, as the accountant
-// expects it before it starts.
-func (c *Config) runEvent(n, d int, z float64) (privacy.Event, error) {
+// expects it before it starts, an L2 curve computed up to maxOrder.
+func (c *Config) runEvent(n, d int, z float64, maxOrder int) (privacy.Event, error) {
 	mc := c.Mech
 	if c.Mechanism != "none" {
 		mc.Noise, mc.Clients = z, c.noiseClients(n)
@@ -158,7 +219,7 @@ func (c *Config) runEvent(n, d int, z float64) (privacy.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	ev, _, err := c.sampledRound(m, z, d, n, n)
+	ev, _, err := c.sampledRound(m, z, d, n, n, maxOrder)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +344,7 @@ func (e *Engine) accountRound(p *Plan) error {
 	if e.tree != nil {
 		return nil // the tree's guarantee follows from the rounds alone (treeLevel)
 	}
-	ev, _, err := e.cfg.sampledRound(e.m, e.cfg.DP.Noise, e.sizes[0], len(e.examples), p.online)
+	ev, _, err := e.cfg.sampledRound(e.m, e.cfg.DP.Noise, e.sizes[0], len(e.examples), p.online, l2MaxOrder)
 	if err != nil {
 		return err
 	}
@@ -320,7 +381,7 @@ func (e *Engine) budget(t, online int) error {
 	} else if err := json.Unmarshal(b, next); err != nil {
 		return err
 	}
-	ev, _, err := e.cfg.sampledRound(e.m, e.cfg.DP.Noise, e.sizes[0], len(e.examples), online)
+	ev, _, err := e.cfg.sampledRound(e.m, e.cfg.DP.Noise, e.sizes[0], len(e.examples), online, l2MaxOrder)
 	if err != nil {
 		return err
 	}
@@ -353,7 +414,7 @@ func (e *Engine) userLevel(t int) (*privacy.UserLevel, error) {
 	if _, l2 := e.m.(mech.L2); l2 {
 		u.Relation = "add/remove: each round's sum carries the same shares of the noise whoever takes part, the server adding the missing clients'; against the server, zero-out: one client's update replaced by zeros, its share of the noise still added (mech.L2)"
 	}
-	_, amp, err := e.cfg.sampledRound(e.m, e.cfg.DP.Noise, e.sizes[0], len(e.examples), len(e.examples))
+	_, amp, err := e.cfg.sampledRound(e.m, e.cfg.DP.Noise, e.sizes[0], len(e.examples), len(e.examples), l2MaxOrder)
 	if err != nil {
 		return nil, err
 	}
