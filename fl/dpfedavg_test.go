@@ -3,6 +3,7 @@ package fl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -634,5 +635,41 @@ func TestDPClaims(t *testing.T) {
 		if got := f.Event.(privacy.RDPCurve).Eps(4); got != want {
 			t.Errorf("%s: the sampled curve at order 4 is %v, want the replace-one curve's %v", name, got, want)
 		}
+	}
+}
+
+// TestCalibrateOrders: the search over an L2 curve's low orders
+// (searchOrder) finds the smallest z at every order to 64: ddgauss's run
+// at eps 8 meets the target at the z found and misses it 2e-4 below.
+func TestCalibrateOrders(t *testing.T) {
+	if got := []int{searchOrder(8, 1e-5), searchOrder(3, 1e-5), searchOrder(1, 1e-5), searchOrder(0.1, 1e-5)}; fmt.Sprint(got) != "[12 18 49 64]" {
+		t.Errorf("search orders at eps 8, 3, 1, 0.1: %v", got)
+	}
+	c := dpConfig()
+	c.Mechanism, c.Rounds, c.Mech.ModBits = "ddgauss", 200, 16
+	c.ClientsPerRound, c.Sampling, c.SecureAggregation = 100, "poisson", true
+	c.DP.TargetEpsilon, c.DP.Delta = 8, 1e-5
+	const n, d = 1000, 6422
+	z, err := c.calibrate(n, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epsAt := func(z float64) float64 {
+		ev, err := c.runEvent(n, d, z, l2MaxOrder)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := privacy.NewAccountant(privacy.Auto)
+		if err := a.Compose(ev); err != nil {
+			t.Fatal(err)
+		}
+		e, err := a.Epsilon(c.modelDelta(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if at, below := epsAt(z), epsAt(z*(1-2e-4)); at > 8 || below <= 8 {
+		t.Errorf("z %v: eps %v there, %v at 2e-4 below; want the target 8 met there only", z, at, below)
 	}
 }
