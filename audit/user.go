@@ -119,8 +119,8 @@ func (r UserResult) Mu() float64 { return r.Shift / r.SD }
 //     sum of 2 clients in about 1% of rounds at z = 1); the others zero,
 //     their noise not depending on their data;
 //   - pbm: x spread evenly over the fewest rotated coordinates that the
-//     norm C reaches at pbm's clip c = k C/sqrt(d), k = min(3, (z/2)
-//     sqrt(m d/n)) (mech/pbm.go): ceil(d/k^2) coordinates, each with the
+//     norm C reaches at pbm's clip c = k C/sqrt(d), k = mech.PBMClip, min(2,
+//     (z/2) sqrt(m d/n)): ceil(d/k^2) coordinates, each with the
 //     largest bias, theta (or nearly), the rest with none (the accounting
 //     bounds the divergence per squared bias over every bias up to theta,
 //     and pbm.go finds the coordinates at the clip costing most at high
@@ -248,7 +248,7 @@ func (a *userAudit) vectors(name string, c mech.Config) error {
 		if m == 0 {
 			m = 1
 		}
-		k := min(3, c.Noise/2*math.Sqrt(float64(m)*float64(d)/float64(c.Clients)))
+		k := mech.PBMClip(c.Noise, c.Clients, m, d)
 		j := min(d, int(math.Ceil(float64(d)/(k*k)*(1-1e-9))))
 		var err error
 		if x, err = a.rotated(j); err != nil {

@@ -24,7 +24,7 @@ func noiseConfig(z float64) mech.Config {
 }
 
 // pbmSmall is the pbm audited below: 2 clients, 128 parameters, one
-// trial (clip k = 3, theta 0.1875), and its claim at z = 1, computed once
+// trial (clip k = 2, theta 0.125), and its claim at z = 1, computed once
 // (about 8 s on the shared 2-core machine: pbm's accounting of ~1,100
 // Rényi orders).
 var (
@@ -94,7 +94,7 @@ func TestUserLevelGaussianTight(t *testing.T) {
 // unbiased, and the canary is not clipped), within 5 standard errors.
 // Measured at seed 1, 2 clients: ddgauss 1.52 of 4.753 (RDP; 4,000 runs
 // per world, mu 0.96), skellam over 2 rounds 2.29 of 7.088 (2,000 runs,
-// mu 1.42), pbm 1.69 of 5.621 (4,000 runs, mu 1.02: the others' trials at
+// mu 1.42), pbm 2.23 of 5.262 (4,000 runs, mu 1.04: the others' trials at
 // the vertex have less variance).
 func TestUserLevelWithinClaim(t *testing.T) {
 	for _, tc := range []struct {
@@ -132,7 +132,7 @@ func TestUserLevelWithinClaim(t *testing.T) {
 // of the noise, 2 clients do: the caveat of mech.L2, "fewer: weaker"),
 // gives a lower bound above the claim. Measured at seed 1, 10,000 runs
 // per world: none 6.26 against 4.377, ddgauss 6.07 against 4.753, pbm
-// 6.60 against 5.621, ddgauss sized for 32 clients 6.17 against 4.755.
+// 6.60 against 5.262, ddgauss sized for 32 clients 6.17 against 4.755.
 // (Halving the multiplier doubles mu, and the bound, about half the claim
 // at mu = 1, comes to about the claim: 4.49 against 4.377 for none at
 // 20,000 runs per world; docs/audit.md has it at 100,000.)
@@ -282,10 +282,12 @@ func TestUserCanary(t *testing.T) {
 		}
 		y[j] = dot / math.Sqrt(norm)
 	}
+	k := mech.PBMClip(1, 2, 1, 128) // 2: the canary is on 128/k^2 = 32 coordinates
+	spread := int(math.Ceil(128 / (k * k)))
 	for j, v := range y {
 		want := 0.0
-		if j < 15 {
-			want = 1 / math.Sqrt(15)
+		if j < spread {
+			want = 1 / math.Sqrt(float64(spread))
 		}
 		if math.Abs(v-want) > 1e-6 {
 			t.Errorf("pbm: rotated canary[%d] = %v, want %v", j, v, want)

@@ -53,13 +53,18 @@ func init() {
 // exactly.
 //
 // The clip. The rotated coordinates of a vector of norm C have mean square
-// C^2/d; c = k C/sqrt(d) with k = 3 cuts the few beyond three times that
-// root mean square (a coordinate of a spread vector is nearly Gaussian:
-// 0.27% of them, and 0.04% of the norm's square beyond the clip). theta grows with k, and
-// with it the cost of discreteness in privacy (pbmAccount), so k is
-// lowered where theta would exceed 1/4 (trials of probability 1/4 to 3/4,
-// the paper's range): k = min(3, (1/2) z sqrt(m d/n)), and New refuses
-// settings where k would fall below 1 (raise Trials or Noise).
+// C^2/d; c = k C/sqrt(d) with k = 2 cuts those beyond twice that root mean
+// square (a coordinate of a spread vector is nearly Gaussian: 4.6% of
+// them, and 1.15% of the norm's square beyond the clip). theta grows with
+// k, and with it the cost of discreteness in privacy (pbmAccount): at
+// k = 3 (0.27% of the coordinates, 0.04% of the square) pbm needed 1.18
+// times a Gaussian's variance for cnn2 at one trial rather than 1.07, and
+// its noise multiplier for eps 8 in the table of docs/privacy.md was 1.267
+// at two trials rather than 1.239: 4.5% of the variance of the noise, far
+// more than the 1.15% of each vector's square the lower clip costs. k is
+// lowered further where theta would exceed 1/4 (trials of probability 1/4
+// to 3/4, the paper's range): k = min(2, (1/2) z sqrt(m d/n)), and New
+// refuses settings where k would fall below 1 (raise Trials or Noise).
 //
 // Guarantee (L2): RDP for the zero-out of one client of the sum of n
 // clients, pbmAccount: the exact worst case over the other clients'
@@ -68,16 +73,16 @@ func init() {
 // take part honestly (more add trials and only help; fewer weaken it). Against the Gaussian's alpha/(2
 // z^2) at the same z, it costs (TestPBMRDPGaussian, 100 clients, z = 1):
 //
-//	6,422 parameters, 1 trial (theta 0.187):   1.18 at orders 1.5 to 4, 1.21 at 8, 1.25 at 16, 1.34 at 32
-//	6,422 parameters, 2 trials (theta 0.132):  1.08 at 1.5 to 4, 1.09 at 8, 1.11 at 16, 1.14 at 32
-//	100,000 parameters, 1 trial (theta 0.047): 1.01 at 1.5 to 16
-//	100,000 parameters, 2 trials (theta 0.034): 1.005 to 1.007 at 1.5 to 16
+//	6,422 parameters, 1 trial (theta 0.125):    1.07 at orders 1.5 to 4, 1.08 at 8, 1.10 at 16, 1.12 at 32
+//	6,422 parameters, 2 trials (theta 0.088):   1.035 at 1.5 to 4, 1.04 at 8, 1.05 at 16, 1.06 at 32
+//	100,000 parameters, 1 trial (theta 0.032):  1.005 at 1.5 to 8, 1.007 at 16
+//	100,000 parameters, 2 trials (theta 0.022): 1.002 to 1.004 at 1.5 to 16
 //
 // (mostly the variance the others' trials lose at the extremes, 1/(1 -
 // 4 theta^2), and, at high orders, the coordinates at the clip). So at
 // equal RDP pbm needs about that factor of a Gaussian's variance: about
-// 1.2 (one trial) or 1.09 (two) for a cnn2-sized model and 100 clients,
-// 1.01 for 100,000 parameters. The first call of RDP at an order computes
+// 1.07 (one trial) or 1.035 (two) for a cnn2-sized model and 100 clients,
+// 1.005 for 100,000 parameters. The first call of RDP at an order computes
 // the bound (pbm_rdp.go: about 20 to 90 ms per order for 100 clients of
 // one trial, 0.15 to 0.45 s for two, on a shared 2-core machine); it is
 // kept per vector length and order.
@@ -122,7 +127,7 @@ const (
 	pbmMaxCoins = 1 << 12
 	// pbmClip is k, the clip in root mean squares; pbmMaxTheta is the
 	// largest bias; pbmMinClip the smallest k New accepts.
-	pbmClip     = 3.0
+	pbmClip     = 2.0
 	pbmMaxTheta = 0.25
 	pbmMinClip  = 1.0
 	// pbmSumSlack is how far sum_j beta_j^2 may exceed theta^2 (C/c)^2 by
@@ -186,6 +191,16 @@ func (m *pbm) Support(rg Range) (float64, error) {
 	return h, nil
 }
 
+// PBMClip is pbm's clip k, in root mean squares of a rotated coordinate
+// of a vector at the bound, for noise multiplier z, clients sharing the
+// noise, trials per coordinate and d parameters: min(2, (z/2) sqrt(trials
+// d/clients)), so that the bias stays within 1/4 (see pbm). An audit's
+// worst-case canary puts its norm on the fewest coordinates this clip
+// lets it reach.
+func PBMClip(z float64, clients, trials, d int) float64 {
+	return min(pbmClip, pbmMaxTheta*2*z*math.Sqrt(float64(trials)*float64(d)/float64(clients)))
+}
+
 // params returns the setting for d parameters (1 <= d <= pbmMaxParams).
 func (m *pbm) params(d int) (*pbmParams, error) {
 	if d < 1 || d > pbmMaxParams {
@@ -195,7 +210,7 @@ func (m *pbm) params(d int) (*pbmParams, error) {
 		return p.(*pbmParams), nil
 	}
 	fn, fm, fd := float64(m.clients), float64(m.trials), float64(d)
-	k := min(pbmClip, pbmMaxTheta*2*m.z*math.Sqrt(fm*fd/fn))
+	k := PBMClip(m.z, m.clients, m.trials, d)
 	if !(k >= pbmMinClip) {
 		return nil, fmt.Errorf("mech: pbm: at noise multiplier %v, %d clients of %d trials and %d parameters the clip would be %.3g root mean squares of a coordinate (below %v) to keep the bias within %v: raise Trials or Noise",
 			m.z, m.clients, m.trials, d, k, pbmMinClip, pbmMaxTheta)

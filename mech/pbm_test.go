@@ -116,13 +116,13 @@ func TestPBMUnbiasedVariance(t *testing.T) {
 // TestPBMVariance: the variance of the decoded sum's rotated coordinate is
 // (z C)^2 at the zero vector, exactly (up to rounding, 1e-12: theta is
 // rounded down to a multiple of 2^-52), and (z C)^2 less sum_i y_i^2/m for
-// clients at y_i, the closed form of pbm's doc; the clip is 3 root mean
+// clients at y_i, the closed form of pbm's doc; the clip is 2 root mean
 // squares where theta stays within 1/4 and lower where it would not.
 func TestPBMVariance(t *testing.T) {
 	for _, tc := range []struct {
 		n, m, d int
 		z, k    float64
-	}{{100, 1, 6422, 1, 3}, {100, 2, 6422, 0.7, 3}, {100, 1, 1000, 1, 0.5 * math.Sqrt(10)}, {10, 4, 100000, 0.5, 3}} {
+	}{{100, 1, 6422, 1, 2}, {100, 2, 6422, 0.7, 2}, {100, 1, 1000, 1, 0.5 * math.Sqrt(10)}, {10, 4, 100000, 0.5, 2}} {
 		mm := pbmNew(t, tc.n, tc.z, tc.m)
 		p, err := mm.params(tc.d)
 		if err != nil {

@@ -57,15 +57,21 @@ for row in $rows; do
   targets=$epsilons
   case $row in none | ldpq | corbin) targets=- ;; esac
   for eps in $targets; do
-    outs=() why=
+    outs=() why= z=
     for seed in $(seq 1 "$seeds"); do
       out=$work/$dataset-$partition-$clients-$row-$eps-$seed
       # shellcheck disable=SC2046
       if [ -f "$out.json" ] || nice -n 10 "$work/fedpq" run --config experiments/mnist-dpfedavg.yaml \
         --dataset "$dataset" --data-dir "$data" --partition "$partition" --clients "$clients" \
         --clients-per-round "$per_round" --rounds "$rounds" --seed "$seed" --target-epsilon 0 \
-        $(settings "$row" "$eps") --out "$out" --quiet --format json >"$out.json" 2>"$out.err"; then
+        $(settings "$row" "$eps") ${z:+--noise-multiplier "$z"} --out "$out" --quiet --format json >"$out.json" 2>"$out.err"; then
         outs+=("$out.json")
+        # The noise multiplier does not depend on the seed: the first
+        # seed's calibration serves the others (the target still stops a
+        # run that would pass it).
+        [ -n "$z" ] || [ "$eps" = - ] || z=$(python3 -c 'import json, sys
+u = (json.load(open(sys.argv[1])).get("privacy") or {}).get("user") or {}
+print(repr(u.get("noise_multiplier") or ""))' "$out.json" | tr -d "'")
       else
         rm -f "$out.json"
         echo "$row eps $eps seed $seed failed: $(tail -1 "$out.err")" >&2
