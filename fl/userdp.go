@@ -163,7 +163,7 @@ func (c *Config) PrepareDP(n, d int) error {
 // calibrate is the noise multiplier for TargetEpsilon (PrepareDP). An L2
 // mechanism's curve is searched up to searchOrder and the answer checked
 // at every order to l2MaxOrder: where the orders above the search's
-// change its epsilon, the search runs again over all of them.
+// change its epsilon, or the search fails, it runs again over all of them.
 func (c *Config) calibrate(n, d int) (float64, error) {
 	delta := c.modelDelta(n)
 	search := func(maxOrder int) (float64, error) {
@@ -180,8 +180,8 @@ func (c *Config) calibrate(n, d int) (float64, error) {
 		return search(l2MaxOrder)
 	}
 	z, err := search(top)
-	if err != nil {
-		return 0, err
+	if err != nil { // out of reach at these orders, perhaps not at all
+		return search(l2MaxOrder)
 	}
 	epsAt := func(maxOrder int) (float64, error) {
 		ev, err := c.runEvent(n, d, z, maxOrder)
