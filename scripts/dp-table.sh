@@ -86,12 +86,13 @@ if not runs:
     print(f"| {row} | {eps} | {why} | | | | |")
     sys.exit()
 acc = [100 * r["final_accuracy"] for r in runs]
-se = statistics.stdev(acc) / len(acc) ** 0.5 if len(acc) > 1 else float("nan")
+se = statistics.stdev(acc) / len(acc) ** 0.5 if len(acc) > 1 else 0
 r = runs[0]
 u = (r.get("privacy") or {}).get("user") or {}
 def e(b):
     return "none" if not b else f"{b['eps']:.3g}"
-print(f"| {row} | {eps} | {statistics.mean(acc):.2f} ± {se:.2f}% | {r['uplink_bits_per_param']:.3g} | "
+shown = f"{acc[0]:.2f}%" if len(acc) == 1 else f"{statistics.mean(acc):.2f} ± {se:.2f}% ({len(acc)} seeds)"
+print(f"| {row} | {eps} | {shown} | {r['uplink_bits_per_param']:.3g} | "
       f"{r['seconds'] / r['rounds']:.2f} | {e(u.get('model'))} | {e(u.get('server'))} |")
 PY
   done
