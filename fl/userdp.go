@@ -162,15 +162,20 @@ func (c *Config) PrepareDP(n, d int) error {
 
 // calibrate is the noise multiplier for TargetEpsilon (PrepareDP). An L2
 // mechanism's curve is searched up to searchOrder and the answer checked
-// at every order to l2MaxOrder: where the orders above the search's
+// at every order to l2MaxOrder (one mechanism for both readings, so the
+// low orders are computed once): where the orders above the search's
 // change its epsilon, or the search fails, it runs again over all of them.
 func (c *Config) calibrate(n, d int) (float64, error) {
 	delta := c.modelDelta(n)
 	search := func(maxOrder int) (float64, error) {
 		return privacy.NoiseMultiplier(c.DP.TargetEpsilon, delta, func(z float64) privacy.Event {
-			ev, err := c.runEvent(n, d, z, maxOrder)
+			m, err := c.runMech(n, z)
 			if err != nil {
 				return privacy.Gaussian{Z: 0} // refused by the accountant
+			}
+			ev, err := c.runEvent(m, n, d, z, maxOrder)
+			if err != nil {
+				return privacy.Gaussian{Z: 0}
 			}
 			return ev
 		})
@@ -183,8 +188,12 @@ func (c *Config) calibrate(n, d int) (float64, error) {
 	if err != nil { // out of reach at these orders, perhaps not at all
 		return search(l2MaxOrder)
 	}
+	m, err := c.runMech(n, z)
+	if err != nil {
+		return 0, err
+	}
 	epsAt := func(maxOrder int) (float64, error) {
-		ev, err := c.runEvent(n, d, z, maxOrder)
+		ev, err := c.runEvent(m, n, d, z, maxOrder)
 		if err != nil {
 			return 0, err
 		}
@@ -208,17 +217,19 @@ func (c *Config) calibrate(n, d int) (float64, error) {
 	return z, nil
 }
 
-// runEvent is the whole run at noise multiplier z, as the accountant
-// expects it before it starts, an L2 curve computed up to maxOrder.
-func (c *Config) runEvent(n, d int, z float64, maxOrder int) (privacy.Event, error) {
+// runMech is the run's mechanism at noise multiplier z, its noise sized as
+// PrepareDP sizes it.
+func (c *Config) runMech(n int, z float64) (mech.Mechanism, error) {
 	mc := c.Mech
 	if c.Mechanism != "none" {
 		mc.Noise, mc.Clients = z, c.noiseClients(n)
 	}
-	m, err := mech.New(c.Mechanism, mc)
-	if err != nil {
-		return nil, err
-	}
+	return mech.New(c.Mechanism, mc)
+}
+
+// runEvent is the whole run of m, runMech's at z, as the accountant
+// expects it before it starts, an L2 curve computed up to maxOrder.
+func (c *Config) runEvent(m mech.Mechanism, n, d int, z float64, maxOrder int) (privacy.Event, error) {
 	ev, _, err := c.sampledRound(m, z, d, n, n, maxOrder)
 	if err != nil {
 		return nil, err

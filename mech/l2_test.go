@@ -169,13 +169,7 @@ func TestDistL2Wraps(t *testing.T) {
 func TestSumRDP(t *testing.T) {
 	const n = 1000
 	for _, name := range []string{"skellam", "ddgauss", "pbm"} {
-		c := DefaultConfig()
-		c.Noise, c.Clients = 1, 40
-		m, err := New(name, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l2 := m.(L2)
+		l2 := sizedFor40(t, name).(L2)
 		for _, a := range []float64{2, 8} {
 			full, err := l2.RDP(a, n)
 			if err != nil {
@@ -215,13 +209,7 @@ func TestSumRDP(t *testing.T) {
 func TestSumReplaceRDP(t *testing.T) {
 	const n = 1000
 	for _, name := range []string{"skellam", "ddgauss", "pbm"} {
-		c := DefaultConfig()
-		c.Noise, c.Clients = 1, 40
-		m, err := New(name, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, ok := m.(Replacer)
+		r, ok := sizedFor40(t, name).(Replacer)
 		if name == "pbm" {
 			if ok {
 				t.Error("pbm states a replace-one curve: its accounting covers zero-out only")
@@ -248,4 +236,17 @@ func TestSumReplaceRDP(t *testing.T) {
 			t.Errorf("%s: order 1 accepted", name)
 		}
 	}
+}
+
+// sizedFor40 is the L2 mechanism name at noise multiplier 1, its noise
+// sized for 40 clients.
+func sizedFor40(t *testing.T, name string) Mechanism {
+	t.Helper()
+	c := DefaultConfig()
+	c.Noise, c.Clients = 1, 40
+	m, err := New(name, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

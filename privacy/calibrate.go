@@ -19,9 +19,10 @@ const (
 //	func(z float64) Event { return Composed{PoissonSampled{0.1, Gaussian{z}}, 1000} }
 //
 // and its epsilon must not grow with z. The returned z was checked: the
-// accountant gives at most targetEps there. The search brackets z with the
-// RDP accountant (cheap, and never below the accountant's answer), then
-// narrows the bracket by regula falsi on log eps against log z.
+// accountant gives at most targetEps there. Where the run has a PLD, the
+// search brackets z with the RDP accountant (cheap, and never below the
+// accountant's answer); it narrows the bracket by regula falsi on log eps
+// against log z (narrow).
 //
 // A target that no z in the range meets (below the epsilon at
 // MaxNoiseMultiplier, e.g. when part of the run does not depend on z) is

@@ -417,3 +417,66 @@ func BenchmarkRemoveCertificate(b *testing.B) {
 		}
 	}
 }
+
+// TestSampledCurveOrders: a sampled curve is tabulated at the integer
+// orders alone (what the sampling theorems read), and the sampled RDP at
+// every accountant order is the same, bit for bit, as from the curve
+// tabulated at every order; unsampled (rate 1), it keeps every order.
+// Sampled without replacement at a high rate, the general bound is capped
+// by the unsampled curve: a Gaussian's at z = 2, 8 of 16, the general bound
+// exceeds it at orders 3 and 4 (0.434 against 0.375 at 3).
+func TestSampledCurveOrders(t *testing.T) {
+	curve := RDPCurve{Name: "gaussian", MaxOrder: 64, Eps: func(a float64) float64 { return rdpGaussian(1.2, a) }}
+	for _, ev := range []Event{PoissonSampled{Rate: 0.1, Event: curve}, FixedSampled{M: 10, N: 100, Event: curve}} {
+		atoms, err := flatten(ev, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var inner rdpTable
+		var full Event
+		switch s := atoms[0].Event.(type) {
+		case PoissonSampled:
+			inner, full = s.Event.(rdpTable), PoissonSampled{Rate: s.Rate, Event: mustTable(t, curve)}
+		case FixedSampled:
+			inner, full = s.Event.(rdpTable), FixedSampled{M: s.M, N: s.N, Event: mustTable(t, curve)}
+		}
+		for _, a := range inner.Orders {
+			if a != math.Trunc(a) {
+				t.Fatalf("%T: tabulated at order %v, want integers only", ev, a)
+			}
+		}
+		if len(inner.Orders) != 63 {
+			t.Errorf("%T: %d orders, want 63 (2 to 64)", ev, len(inner.Orders))
+		}
+		got, want := atomRDP(atoms[0].Event, rdpOrders), atomRDP(full, rdpOrders)
+		for i, a := range rdpOrders {
+			if got[i] != want[i] && !(math.IsInf(got[i], 1) && math.IsInf(want[i], 1)) {
+				t.Errorf("%T order %v: %v from the integer orders, %v from all", ev, a, got[i], want[i])
+			}
+		}
+	}
+	atoms, err := flatten(PoissonSampled{Rate: 1, Event: curve}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(atoms[0].Event.(PoissonSampled).Event.(rdpTable).Orders); n != len(mustTable(t, curve).Orders) {
+		t.Errorf("rate 1: %d orders, want every order to 64", n)
+	}
+	base := baseCurve(mustTable(t, RDPCurve{Name: "gaussian", MaxOrder: 64, Eps: func(a float64) float64 { return rdpGaussian(2, a) }}))
+	uncapped := func(a int) float64 { // fixedGeneralInt without its cap
+		lq := math.Log(0.5)
+		s := logAddExp(0, 2*lq+logBinom(a, 2)+min(math.Log(4)+math.Log(math.Expm1(base[2])), math.Ln2+base[2]))
+		for j := 3; j <= a; j++ {
+			s = logAddExp(s, math.Ln2+float64(j)*lq+logBinom(a, j)+float64(j-1)*base[j])
+		}
+		return s / float64(a-1)
+	}
+	if u := uncapped(3); !(u > base[3]) || fixedGeneralInt(0.5, base, 3) != base[3] {
+		t.Errorf("8 of 16 at order 3: general bound %v, unsampled %v, capped %v; want the cap to bind", u, base[3], fixedGeneralInt(0.5, base, 3))
+	}
+	for a := 2; a <= 64; a++ {
+		if f := fixedGeneralInt(0.5, base, a); f > base[a] || f > uncapped(a)+1e-12 {
+			t.Errorf("order %d: %v above the unsampled %v or the general bound %v", a, f, base[a], uncapped(a))
+		}
+	}
+}

@@ -71,7 +71,7 @@ for row in $rows; do
         # run that would pass it).
         [ -n "$z" ] || [ "$eps" = - ] || z=$(python3 -c 'import json, sys
 u = (json.load(open(sys.argv[1])).get("privacy") or {}).get("user") or {}
-print(repr(u.get("noise_multiplier") or ""))' "$out.json" | tr -d "'")
+print(u.get("noise_multiplier") or "")' "$out.json")
       else
         rm -f "$out.json"
         echo "$row eps $eps seed $seed failed: $(tail -1 "$out.err")" >&2
