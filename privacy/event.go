@@ -129,11 +129,27 @@ func checkRate(q float64) error {
 // the integers are read), refusing NaN, negative values and a curve that
 // is not a function.
 func (c RDPCurve) tabulate(orders []float64) (rdpTable, error) {
+	orders, err := c.orders(orders)
+	if err != nil {
+		return rdpTable{}, err
+	}
+	t := rdpTable{Name: c.Name, Orders: orders, Eps: make([]float64, len(orders))}
+	for i, a := range orders {
+		if t.Eps[i], err = c.at(a); err != nil {
+			return rdpTable{}, err
+		}
+	}
+	return t, nil
+}
+
+// orders is the prefix of orders at or below c.MaxOrder, refusing a curve
+// with no Eps function or a largest order below 2.
+func (c RDPCurve) orders(orders []float64) ([]float64, error) {
 	if c.Eps == nil {
-		return rdpTable{}, fmt.Errorf("privacy: RDP curve %q has no Eps function", c.Name)
+		return nil, fmt.Errorf("privacy: RDP curve %q has no Eps function", c.Name)
 	}
 	if math.IsNaN(c.MaxOrder) || c.MaxOrder < 0 || c.MaxOrder > 0 && c.MaxOrder < 2 {
-		return rdpTable{}, fmt.Errorf("privacy: RDP curve %q: largest order %v must be at least 2 (0: every order)", c.Name, c.MaxOrder)
+		return nil, fmt.Errorf("privacy: RDP curve %q: largest order %v must be at least 2 (0: every order)", c.Name, c.MaxOrder)
 	}
 	if c.MaxOrder > 0 {
 		n := 0
@@ -142,15 +158,16 @@ func (c RDPCurve) tabulate(orders []float64) (rdpTable, error) {
 		}
 		orders = orders[:n]
 	}
-	t := rdpTable{Name: c.Name, Orders: orders, Eps: make([]float64, len(orders))}
-	for i, a := range orders {
-		e := c.Eps(a)
-		if math.IsNaN(e) || e < 0 {
-			return rdpTable{}, fmt.Errorf("privacy: RDP curve %q is %v at order %v: it must be non-negative (+Inf allowed)", c.Name, e, a)
-		}
-		t.Eps[i] = e
+	return orders, nil
+}
+
+// at is c at order a, refusing NaN and negative values (+Inf allowed).
+func (c RDPCurve) at(a float64) (float64, error) {
+	e := c.Eps(a)
+	if math.IsNaN(e) || e < 0 {
+		return 0, fmt.Errorf("privacy: RDP curve %q is %v at order %v: it must be non-negative (+Inf allowed)", c.Name, e, a)
 	}
-	return t, nil
+	return e, nil
 }
 
 // check validates a table restored from JSON.

@@ -1,6 +1,7 @@
 package privacy
 
 import (
+	"fmt"
 	"math"
 )
 
@@ -409,31 +410,92 @@ func atomRDP(e Event, orders []float64) []float64 {
 }
 
 // rdpEpsilon is the smallest eps, over the orders, for which RDP curve rdp
-// implies (eps, delta)-DP, and the order that gives it: at each order a,
-// eps = rdp + log1p(-1/a) - log(delta a)/(a-1) (Canonne, Kamath and
-// Steinke 2020, Proposition 12; Asoodeh et al. 2021), and 0 where the KL
-// bound delta >= sqrt(1 - e^-rdp) already holds; orders at or below 1.01
-// are not used (the formula is unstable there), as in dp_accounting.
+// implies (eps, delta)-DP, and the order that gives it (orderEpsilon at
+// each order).
 func rdpEpsilon(orders, rdp []float64, delta float64) (eps, order float64) {
 	eps, order = math.Inf(1), 0
 	for i, a := range orders {
-		r := rdp[i]
-		var e float64
-		switch {
-		case math.IsInf(r, 1) || math.IsNaN(r):
-			continue
-		case delta*delta+math.Expm1(-r) > 0:
-			e = 0
-		case a > 1.01:
-			e = r + math.Log1p(-1/a) - math.Log(delta*a)/(a-1)
-		default:
-			continue
-		}
-		if e < eps {
+		if e, ok := orderEpsilon(a, rdp[i], delta); ok && e < eps {
 			eps, order = e, a
 		}
 	}
 	return max(0, eps), order
+}
+
+// orderEpsilon is the eps for which RDP r at order a implies (eps,
+// delta)-DP: r + log1p(-1/a) - log(delta a)/(a-1) (Canonne, Kamath and
+// Steinke 2020, Proposition 12; Asoodeh et al. 2021), or 0 where the KL
+// bound delta >= sqrt(1 - e^-r) already holds. ok is false where r is
+// infinite or NaN, and at orders at or below 1.01 (the formula is
+// unstable there), which are not used, as in dp_accounting.
+func orderEpsilon(a, r, delta float64) (eps float64, ok bool) {
+	switch {
+	case math.IsInf(r, 1) || math.IsNaN(r):
+		return 0, false
+	case delta*delta+math.Expm1(-r) > 0:
+		return 0, true
+	case a > 1.01:
+		return r + math.Log1p(-1/a) - math.Log(delta*a)/(a-1), true
+	}
+	return 0, false
+}
+
+// conversion is orderEpsilon's term that does not depend on the curve (up
+// to its rounding).
+func conversion(a, delta float64) float64 {
+	return math.Log1p(-1/a) - math.Log(delta*a)/(a-1)
+}
+
+// CurveEpsilon is the epsilon at delta, by RDP, of count runs of the
+// mechanism whose curve is c: what an Accountant that composes them
+// answers, for far fewer readings of c. It reads c at the accountant's
+// orders (to c.MaxOrder) upwards and stops where no higher order can give
+// less: a curve that grows with its order, as every Rényi divergence does,
+// gives count c(a) + conversion(a') or more at any a' above a. For such a
+// curve the answer is the accountant's, bit for bit; for a bound that does
+// not grow, it is the least over fewer orders, never below the
+// accountant's. A costly curve (pbm's, against the server, whose answer
+// comes from orders near 2) is read at a dozen orders rather than a
+// hundred.
+func CurveEpsilon(c RDPCurve, count int, delta float64) (float64, error) {
+	if err := checkDelta(delta); err != nil {
+		return 0, err
+	}
+	if count < 1 {
+		return 0, fmt.Errorf("privacy: RDP curve %q run %d times: want at least 1", c.Name, count)
+	}
+	orders, err := c.orders(rdpOrders)
+	if err != nil {
+		return 0, err
+	}
+	// floor[i] is the least conversion at orders[i:] (where it applies).
+	floor := make([]float64, len(orders)+1)
+	floor[len(orders)] = math.Inf(1)
+	for i := len(orders) - 1; i >= 0; i-- {
+		floor[i] = floor[i+1]
+		if orders[i] > 1.01 {
+			floor[i] = min(floor[i], conversion(orders[i], delta))
+		}
+	}
+	eps := math.Inf(1)
+	for i, a := range orders {
+		r, err := c.at(a)
+		if err != nil {
+			return 0, err
+		}
+		total := float64(count) * r
+		if e, ok := orderEpsilon(a, total, delta); ok && e < eps {
+			eps = e
+		}
+		// A margin far above the rounding of orderEpsilon's sum.
+		if total+floor[i+1] > eps+1e-9*(1+eps) {
+			break
+		}
+	}
+	if math.IsInf(eps, 1) {
+		return eps, fmt.Errorf("privacy: no finite epsilon at delta %v for %d runs of %q (RDP)", delta, count, c.Name)
+	}
+	return max(0, eps), nil
 }
 
 // rdpDelta is the smallest delta, over the orders, for which RDP curve rdp

@@ -480,3 +480,81 @@ func TestSampledCurveOrders(t *testing.T) {
 		}
 	}
 }
+
+// TestCurveEpsilon checks CurveEpsilon against an Accountant composing the
+// same runs by RDP: equal bit for bit for curves that grow with the order
+// (a Gaussian's, at every noise level and count that puts the answer's
+// order anywhere from 1.1 to 64, and one capped at a largest order), read
+// at a fraction of the orders where the answer's order is low, never below
+// the accountant's for a curve that dips at high orders, and the errors.
+func TestCurveEpsilon(t *testing.T) {
+	for _, c := range []struct {
+		z         float64
+		count     int
+		max       float64
+		fewerThan int // orders read, where the answer's order is low
+	}{
+		{0.3, 35, 0, 25}, {0.5, 35, 64, 30}, {1.2, 1, 0, 0}, {1.2, 200, 0, 0}, {4, 10, 0, 0},
+		{20, 3, 0, 0}, {0.8, 1000, 0, 0}, {1, 50, 12, 0}, {50, 1, 0, 0},
+	} {
+		read := 0
+		curve := RDPCurve{Name: "gaussian", MaxOrder: c.max, Eps: func(a float64) float64 {
+			read++
+			return a / (2 * c.z * c.z)
+		}}
+		acct := NewAccountant(RDP)
+		if err := acct.Compose(Composed{Event: curve, Count: c.count}); err != nil {
+			t.Fatal(err)
+		}
+		for _, delta := range []float64{1e-5, 1e-10, 0.1} {
+			want, err := acct.Epsilon(delta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			read = 0
+			got, err := CurveEpsilon(curve, c.count, delta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("z %v, %d runs, delta %v: %v, the accountant %v", c.z, c.count, delta, got, want)
+			}
+			if delta == 1e-5 && c.fewerThan > 0 && read >= c.fewerThan {
+				t.Errorf("z %v, %d runs: read %d orders, want fewer than %d", c.z, c.count, read, c.fewerThan)
+			}
+		}
+	}
+	// A bound that dips above order 20: fewer orders read, never a smaller
+	// epsilon than the accountant's from all of them.
+	dip := RDPCurve{Name: "dip", Eps: func(a float64) float64 {
+		if a > 20 {
+			return 0.01
+		}
+		return a / 2
+	}}
+	acct := NewAccountant(RDP)
+	if err := acct.Compose(Composed{Event: dip, Count: 10}); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := acct.Epsilon(1e-5)
+	got, err := CurveEpsilon(dip, 10, 1e-5)
+	if err != nil || got < want {
+		t.Errorf("dipping curve: %v (%v), below the accountant's %v", got, err, want)
+	}
+	for _, c := range []struct {
+		curve RDPCurve
+		count int
+		delta float64
+	}{
+		{RDPCurve{Name: "none"}, 1, 1e-5},
+		{RDPCurve{Name: "g", Eps: func(a float64) float64 { return a }}, 0, 1e-5},
+		{RDPCurve{Name: "g", Eps: func(a float64) float64 { return a }}, 1, 0},
+		{RDPCurve{Name: "g", Eps: func(a float64) float64 { return a }, MaxOrder: 1.5}, 1, 1e-5},
+		{RDPCurve{Name: "nan", Eps: func(a float64) float64 { return math.NaN() }}, 1, 1e-5},
+		{RDPCurve{Name: "inf", Eps: func(a float64) float64 { return math.Inf(1) }}, 1, 1e-5},
+	} {
+		if eps, err := CurveEpsilon(c.curve, c.count, c.delta); err == nil {
+			t.Errorf("%q, %d runs, delta %v: %v, want an error", c.curve.Name, c.count, c.delta, eps)
+		}
+	}
+}

@@ -14,7 +14,7 @@
 #   ldpq, corbin   the seeds' defaults (eps 1 per parameter per round,
 #             updates clipped to fixed:0,0.05): their user-level eps, for contrast
 #
-# over seeds 1 to SEEDS (3): final test accuracy (mean ± standard error),
+# over seeds FIRST_SEED (1) to SEEDS (3): final test accuracy (mean ± standard error),
 # bits per parameter as sent, seconds per round, and the user-level eps
 # against whoever gets the models and against the server, as the ledger
 # states them (one seed's; they do not depend on it beyond sampling).
@@ -29,7 +29,7 @@ cd "$(dirname "$0")/.."
 data=${FEDPQ_DATA:-$(pwd)/../shared/datasets}
 dataset=${DATASET:-mnist} partition=${PARTITION:-iid}
 clients=${CLIENTS:-1000} per_round=${PER_ROUND:-100} rounds=${ROUNDS:-200}
-seeds=${SEEDS:-3} trials=${TRIALS:-1}
+first=${FIRST_SEED:-1} seeds=${SEEDS:-3} trials=${TRIALS:-1}
 epsilons=${EPS:-8 3 1}
 rows=${ROWS:-none central ddgauss skellam pbm ldpq corbin}
 work=${KEEP:-$(mktemp -d)}
@@ -49,7 +49,7 @@ settings() {
   esac
 }
 
-echo "$dataset, $partition, $clients clients, $per_round a round (Poisson), $rounds rounds, seeds 1-$seeds"
+echo "$dataset, $partition, $clients clients, $per_round a round (Poisson), $rounds rounds, seeds $first-$seeds"
 echo
 echo "| row | target eps | accuracy | bits/param sent | s/round | user-level eps: models | : server |"
 echo "|---|---|---|---|---|---|---|"
@@ -58,7 +58,7 @@ for row in $rows; do
   case $row in none | ldpq | corbin) targets=- ;; esac
   for eps in $targets; do
     outs=() why= z=
-    for seed in $(seq 1 "$seeds"); do
+    for seed in $(seq "$first" "$seeds"); do
       out=$work/$dataset-$partition-$clients-$row-$eps-$seed
       # shellcheck disable=SC2046
       if [ -f "$out.json" ] || nice -n 10 "$work/fedpq" run --config experiments/mnist-dpfedavg.yaml \
