@@ -83,6 +83,9 @@ type Config struct {
 	// SecureAggregation masks the messages with SecAgg+, so that the
 	// server learns only their sum.
 	SecureAggregation bool `yaml:"secure_aggregation"`
+	// SecureSumOnly sums a secure round's fields as the protocol would
+	// unmask them, without running it (fl.Config.SecureSumOnly).
+	SecureSumOnly bool `yaml:"secure_sum_only,omitempty"`
 	// Shuffle puts a trusted shuffler between the clients and the server
 	// (LDP-FL's split and shuffle).
 	Shuffle bool `yaml:"shuffle"`
@@ -388,7 +391,8 @@ func (c Config) engineConfig() (fl.Config, error) {
 		},
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,
-		Shuffle: c.Shuffle, Byzantine: attack, ByzantineFraction: c.ByzantineFraction,
+		SecureSumOnly: c.SecureSumOnly,
+		Shuffle:       c.Shuffle, Byzantine: attack, ByzantineFraction: c.ByzantineFraction,
 		DP: fl.DPFedAvg{Clip: c.Clip, Noise: c.NoiseMultiplier, TargetEpsilon: c.TargetEpsilon, Delta: c.Delta,
 			Quantile: c.ClipQuantile, QuantileNoise: c.ClipQuantileNoise, Tree: c.DPFTRL, PerLayer: c.ClipPerLayer},
 	}, nil

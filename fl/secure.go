@@ -27,7 +27,8 @@ import (
 // shares and before it masks: the server then rebuilds its mask key from
 // the survivors' shares. A deployed server's clients run their side
 // themselves (package transport relays the protocol's messages and calls
-// Plan.AddMasked).
+// Plan.AddMasked). A simulation with Config.SecureSumOnly runs no protocol:
+// it sums the fields as the unmasking would return them.
 type secure struct {
 	m        mech.Integer
 	slot     func(pos int) mech.Slot
@@ -47,6 +48,7 @@ type secure struct {
 	setup    int64    // bytes of keys, dealings, checks, requests, consents and reveals
 	scratch  []uint64 // addMasked's unpacked upload
 	unmasked bool     // by Plan.Unmask: sum and sumErr are unmaskedSum's
+	plain    []uint64 // the fields' running sum where the protocol is not run (Config.SecureSumOnly)
 	shares   []uint64 // the server's shares of the noise, summed (addShare)
 	nShares  int
 	sum      []uint64
@@ -147,6 +149,10 @@ func (e *Engine) newSecure(t int, ranges []mech.Range, sel []int, slot func(int)
 		}
 	}
 	s.params = p
+	if e.cfg.SecureSumOnly {
+		s.plain = make([]uint64, s.total())
+		return s, nil
+	}
 	if s.server, err = secagg.NewServer(p, s.ids); err != nil {
 		return nil, err
 	}
@@ -268,9 +274,10 @@ func parallel(n, workers int, f func(k int) error) error {
 }
 
 // add is the client at pos masking its upload's fields, and the server
-// adding the masked vector to its running sum.
+// adding the masked vector to its running sum; under SecureSumOnly, the
+// fields added as they are.
 func (s *secure) add(pos int, u Upload) error {
-	if s.clients == nil {
+	if s.clients == nil && s.plain == nil {
 		return errors.New("a deployed client's upload in a secure round is masked: Plan.AddMasked")
 	}
 	if len(u.Payloads) != len(s.sizes) {
@@ -279,6 +286,14 @@ func (s *secure) add(pos int, u Upload) error {
 	x, err := Fields(s.m, u.Payloads, s.sizes)
 	if err != nil {
 		return err
+	}
+	if s.plain != nil {
+		for i, v := range x {
+			s.plain[i] += v
+		}
+		s.got[pos] = true
+		s.n++
+		return nil
 	}
 	id := s.ids[pos]
 	y, err := s.clients[pos].Mask(x, s.partners[pos])
@@ -371,8 +386,16 @@ func (s *secure) mean() ([][]float64, error) {
 	return s.decode(sum)
 }
 
-// unmaskedSum is the sum of the survivors' fields, unmasked.
+// unmaskedSum is the sum of the survivors' fields, unmasked: modulo 2^k,
+// as the protocol returns it.
 func (s *secure) unmaskedSum() ([]uint64, error) {
+	if s.plain != nil {
+		sum := make([]uint64, len(s.plain))
+		for i, v := range s.plain {
+			sum[i] = v & (1<<s.bits - 1)
+		}
+		return sum, nil
+	}
 	if s.clients != nil {
 		if err := s.unmask(); err != nil {
 			return nil, err

@@ -23,6 +23,10 @@
 #   DATASET=fashion-mnist PARTITION=dirichlet:0.5 scripts/dp-table.sh
 #   CLIENTS=6000 PER_ROUND=600 scripts/dp-table.sh        # 10 examples a client
 #
+# SUM_ONLY=1 runs the secure rows with --secure-sum-only: the same models
+# and ledger, bit for bit, without the protocol's cost (at 600 clients a
+# round most of a round's time), so their seconds per round leave it out.
+#
 # Data from $FEDPQ_DATA (default ../shared/datasets); runs stay in $KEEP if set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +34,7 @@ data=${FEDPQ_DATA:-$(pwd)/../shared/datasets}
 dataset=${DATASET:-mnist} partition=${PARTITION:-iid}
 clients=${CLIENTS:-1000} per_round=${PER_ROUND:-100} rounds=${ROUNDS:-200}
 first=${FIRST_SEED:-1} seeds=${SEEDS:-3} trials=${TRIALS:-1}
+secure="--secure-aggregation${SUM_ONLY:+ --secure-sum-only}"
 epsilons=${EPS:-8 3 1}
 rows=${ROWS:-none central ddgauss skellam pbm ldpq corbin}
 work=${KEEP:-$(mktemp -d)}
@@ -42,8 +47,8 @@ settings() {
   case $1 in
   none) echo "--mechanism none" ;;
   central) echo "--mechanism none --target-epsilon $2" ;;
-  ddgauss | skellam) echo "--mechanism $1 --mod-bits 16 --secure-aggregation --target-epsilon $2" ;;
-  pbm) echo "--mechanism pbm --trials $trials --secure-aggregation --target-epsilon $2" ;;
+  ddgauss | skellam) echo "--mechanism $1 --mod-bits 16 $secure --target-epsilon $2" ;;
+  pbm) echo "--mechanism pbm --trials $trials $secure --target-epsilon $2" ;;
   ldpq | corbin) echo "--mechanism $1 --epsilon 1 --clip 0 --range fixed:0,0.05" ;;
   *) echo "unknown row $1" >&2; exit 2 ;;
   esac
@@ -79,7 +84,7 @@ print(u.get("noise_multiplier") or "")' "$out.json")
       fi
     done
     python3 - "$row" "$eps" "${why:-failed}" "${outs[@]}" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 row, eps, why, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 runs = [json.load(open(f)) for f in files]
 if not runs:
@@ -92,8 +97,11 @@ u = (r.get("privacy") or {}).get("user") or {}
 def e(b):
     return "none" if not b else f"{b['eps']:.3g}"
 shown = f"{acc[0]:.2f}%" if len(acc) == 1 else f"{statistics.mean(acc):.2f} ± {se:.2f}% ({len(acc)} seeds)"
+secs = f"{r['seconds'] / r['rounds']:.2f}"
+if os.environ.get("SUM_ONLY") and row in ("ddgauss", "skellam", "pbm"):
+    secs += " (sum only)"
 print(f"| {row} | {eps} | {shown} | {r['uplink_bits_per_param']:.3g} | "
-      f"{r['seconds'] / r['rounds']:.2f} | {e(u.get('model'))} | {e(u.get('server'))} |")
+      f"{secs} | {e(u.get('model'))} | {e(u.get('server'))} |")
 PY
   done
 done

@@ -26,7 +26,7 @@ var runGroups = []helpGroup{
 		[]string{"clients-per-round", "range", "prox-mu", "weighting", "aggregator", "server-optimizer", "global-lr", "server-beta1", "server-beta2", "server-tau"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "transfer"}},
-	{"Hiding the messages from the server", []string{"secure-aggregation", "shuffle"}},
+	{"Hiding the messages from the server", []string{"secure-aggregation", "secure-sum-only", "shuffle"}},
 	{"Privacy ledger", []string{"ledger-delta"}},
 	{"Output", []string{"config", "name", "out", "resume", "format", "quiet"}},
 }

@@ -83,6 +83,7 @@ var runFlagHelp = [][2]string{
 	{"transfer", "paired mechanisms: the leader sends its shared bits sealed (the papers' protocol)"},
 	{"shuffle", "a trusted shuffler delivers each parameter's reports unlinked from their clients (LDP-FL's split and shuffle; simulation only)"},
 	{"secure_aggregation", "mask the messages with SecAgg+ so the server learns only their sum (integer mechanisms, equal weights; docs/privacy.md)"},
+	{"secure_sum_only", "simulation, under secure aggregation: sum the messages as the protocol would unmask them without running it (the same models and ledger; its seconds and setup bytes left out; no dropout)"},
 	{"range", "clipping range per tensor: minmax[:SCALE], fixed:C,R, quantile:Q[,SCALE], or adaptive[:R0[,K[,G]]] (updates: radius K times the denoised spread of the last estimate, from R0, at most G times up or down a round, within [R0/10, 10 R0]; docs/training.md)"},
 	{"perturb", "what clients encode: weights or updates"},
 	{"weighting", "aggregation: examples (FedAvg) or mean"},

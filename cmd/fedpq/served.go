@@ -14,6 +14,7 @@ import (
 var notServed = map[string]string{
 	"dropout":            "simulates clients that drop out; a server's clients drop out for real",
 	"shuffle":            "runs in simulation only (fedpq run): a trusted shuffler is a party fedpq server does not have",
+	"secure_sum_only":    "skips the protocol in a simulation (fedpq run); a server's clients run it",
 	"data":               "is the clients' own data; in a deployment each client reads its own (fedpq client --data) and the server only its evaluation set (--test-data)",
 	"client_column":      "names each row's client in the clients' data (--data), which a server does not read",
 	"workers":            "is how many clients fedpq run trains in parallel; a server trains no client (each fedpq client trains its own)",
