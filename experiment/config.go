@@ -122,7 +122,7 @@ type Config struct {
 
 	LedgerDelta float64 `yaml:"ledger_delta"` // delta of the privacy ledger's composed bounds
 
-	// DP-FedAvg (fl.DPFedAvg, docs/privacy.md#user-level): Clip is the L2
+	// DP-FedAvg (fl.DPFedAvg, docs/privacy.md#user-level-privacy-for-the-whole-run): Clip is the L2
 	// bound of a client's whole update (0: off), NoiseMultiplier the
 	// noise's standard deviation over it, TargetEpsilon the user-level
 	// epsilon at Delta the run must meet (NoiseMultiplier then follows).

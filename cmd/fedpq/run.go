@@ -110,7 +110,7 @@ var runFlagHelp = [][2]string{
 	{"classes", "own data: comma-separated class names in label order (default: those of the evaluation set)"},
 	{"max_examples", "the most examples a client's FedAvg weight counts; own data in a deployment must state it (fedpq run: the largest client's; docs/security.md)"},
 	{"ledger_delta", "delta of the privacy ledger's composed bounds (docs/privacy.md)"},
-	{"clip", "DP-FedAvg: L2 bound of a client's whole update, every tensor flattened into one vector (0: off; needs perturb updates, weighting mean, mechanism none or an L2 mechanism; docs/privacy.md#user-level)"},
+	{"clip", "DP-FedAvg: L2 bound of a client's whole update, every tensor flattened into one vector (0: off; needs perturb updates, weighting mean, mechanism none or an L2 mechanism)"},
 	{"noise_multiplier", "DP-FedAvg: the round's noise standard deviation over --clip (none: added by the server; ddgauss, skellam, pbm: by the clients under secure aggregation)"},
 	{"clip_per_layer", "DP-FedAvg: clip each tensor on its own to clip x sqrt(its size / the model's), the same guarantee (the whole norm stays within --clip)"},
 	{"clip_quantile", "DP-FedAvg: make --clip adaptive, tracking this quantile of the clients' update norms (Andrew et al. 2021; 0: fixed; with an L2 mechanism the count rides in its vector)"},
