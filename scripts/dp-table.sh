@@ -27,6 +27,10 @@
 # and ledger, bit for bit, without the protocol's cost (at 600 clients a
 # round most of a round's time), so their seconds per round leave it out.
 #
+# Each run's result is also a line of $KEEP/results.csv (setting, seed,
+# accuracy, bits, seconds, z, epsilons); scripts/dp-summary.py merges such
+# files (docs/results/dp-table.csv holds the table's) into the table.
+#
 # Data from $FEDPQ_DATA (default ../shared/datasets); runs stay in $KEEP if set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,13 +68,18 @@ for row in $rows; do
   for eps in $targets; do
     outs=() why= z=
     for seed in $(seq "$first" "$seeds"); do
-      out=$work/$dataset-$partition-$clients-$row-$eps-$seed
+      name=$row
+      [ "$row" != pbm ] || name=pbm$trials
+      out=$work/$dataset-$partition-$clients-$name-$eps-$seed
       # shellcheck disable=SC2046
       if [ -f "$out.json" ] || nice -n 10 "$work/fedpq" run --config experiments/mnist-dpfedavg.yaml \
         --dataset "$dataset" --data-dir "$data" --partition "$partition" --clients "$clients" \
         --clients-per-round "$per_round" --rounds "$rounds" --seed "$seed" --target-epsilon 0 \
         $(settings "$row" "$eps") ${z:+--noise-multiplier "$z"} --out "$out" --quiet --format json >"$out.json" 2>"$out.err"; then
         outs+=("$out.json")
+        [ -f "$out.csv" ] || python3 scripts/dp-summary.py --record "$out.json" "$dataset" "$partition" "$clients" \
+          "$per_round" "$rounds" "$row" "$trials" "$eps" "$seed" "${SUM_ONLY:+1}" >"$out.csv"
+        cat "$out.csv" >>"$work/results.csv"
         # The noise multiplier does not depend on the seed: the first
         # seed's calibration serves the others (the target still stops a
         # run that would pass it).

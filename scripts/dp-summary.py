@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""The user-level DP table (docs/privacy.md, "The table") from the runs of
+scripts/dp-table.sh, which may come from several sessions and machines:
+
+  scripts/dp-summary.py RESULTS.csv...              # the table, one per setting
+  scripts/dp-summary.py --merge OUT.csv RESULTS.csv...
+      # OUT.csv (docs/results/dp-table.csv) and the others as one file, a
+      # run measured twice kept once (the later line)
+  scripts/dp-summary.py --record RUN.json DATASET PARTITION CLIENTS PER_ROUND \\
+      ROUNDS ROW TRIALS EPS SEED SUM_ONLY          # one run's line (dp-table.sh)
+
+Accuracy is the final round's, over the seeds as mean ± standard error with
+each seed's in brackets; seconds per round are the mean of the seeds that
+state them (they depend on what else the machine ran); z and the epsilon
+against the models are the first seed's, the server's the range over the
+seeds that state it (it depends on the fewest uploads a round summed).
+"""
+import csv
+import json
+import os
+import statistics
+import sys
+
+FIELDS = ["dataset", "partition", "clients", "per_round", "rounds", "row", "trials", "target_eps", "seed",
+          "accuracy", "bits_per_param", "seconds_per_round", "sum_only", "noise_multiplier", "eps_models",
+          "eps_server"]
+RUN = FIELDS[:9]      # what identifies a run
+SETTING = FIELDS[:5]  # what one table shares
+ROWS = ["none", "central", "ddgauss", "skellam", "pbm", "ldpq", "corbin"]
+
+
+def record(path, dataset, partition, clients, per_round, rounds, row, trials, eps, seed, sum_only):
+    r = json.load(open(path))
+    u = (r.get("privacy") or {}).get("user") or {}
+
+    def e(b):
+        return f"{b['eps']:.6g}" if b else ""
+    line = [dataset, partition, clients, per_round, rounds, row, trials if row == "pbm" else "", eps, seed,
+            f"{r['final_accuracy']:.6g}", f"{r['uplink_bits_per_param']:.4g}",
+            f"{r['seconds'] / r['rounds']:.3g}", sum_only, f"{u.get('noise_multiplier') or ''}",
+            e(u.get("model")), e(u.get("server"))]
+    csv.writer(sys.stdout, lineterminator="\n").writerow(line)
+
+
+def read(paths):
+    """The runs of the files, the later line of a run measured twice."""
+    runs = {}
+    for p in paths:
+        with open(p) as f:
+            for r in csv.DictReader(f, fieldnames=FIELDS):
+                if r["dataset"] == "dataset":
+                    continue  # a header
+                runs[tuple(r[k] for k in RUN)] = r
+    return runs
+
+
+def order(r):
+    eps = r["target_eps"]
+    return (ROWS.index(r["row"]) if r["row"] in ROWS else len(ROWS), r["trials"],
+            -float(eps) if eps != "-" else 1)
+
+
+def table(runs):
+    settings = {}
+    for r in runs.values():
+        settings.setdefault(tuple(r[k] for k in SETTING), []).append(r)
+    for s in sorted(settings):
+        dataset, partition, clients, per_round, rounds = s
+        print(f"{dataset}, {partition}, {clients} clients, {per_round} a round (Poisson), {rounds} rounds\n")
+        print("| row | target eps | accuracy | bits/param sent | s/round | z | user-level eps: models | : server |")
+        print("|---|---|---|---|---|---|---|---|")
+        groups = {}
+        for r in sorted(settings[s], key=lambda r: int(r["seed"])):
+            groups.setdefault((r["row"], r["trials"], r["target_eps"]), []).append(r)
+        for g in sorted(groups.values(), key=lambda g: order(g[0])):
+            acc = [100 * float(r["accuracy"]) for r in g]
+            if len(acc) == 1:
+                shown = f"{acc[0]:.2f}% (1 seed)"
+            else:
+                se = statistics.stdev(acc) / len(acc) ** 0.5
+                shown = f"{statistics.mean(acc):.2f} ± {se:.2f}% ({', '.join(f'{a:.2f}' for a in acc)})"
+            first = g[0]
+            row = first["row"] + (f", {first['trials']} trial{'s' if first['trials'] != '1' else ''}"
+                                  if first["trials"] else "")
+            timed = [float(r["seconds_per_round"]) for r in g if r["seconds_per_round"]]
+            secs = f"{statistics.mean(timed):.2f}" if timed else "-"
+            if any(r["sum_only"] for r in g):
+                secs += " (sum only)"
+            servers = sorted(float(r["eps_server"]) for r in g if r["eps_server"])
+            server = "none" if not servers else f"{servers[0]:.3g}" if servers[0] == servers[-1] \
+                else f"{servers[0]:.3g}-{servers[-1]:.3g}"
+            model = f"{float(first['eps_models']):.3g}" if first["eps_models"] else "none"
+            z = f"{float(first['noise_multiplier']):.4g}" if first["noise_multiplier"] else "-"
+            print(f"| {row} | {first['target_eps']} | {shown} | {float(first['bits_per_param']):.3g} | {secs} | "
+                  f"{z} | {model} | {server} |")
+        print()
+
+
+def merge(out, paths):
+    runs = read(([out] if os.path.exists(out) else []) + paths)
+    with open(out, "w") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
+        w.writeheader()
+        for k in sorted(runs):
+            w.writerow(runs[k])
+
+
+def main(args):
+    if args[:1] == ["--record"] and len(args) == 12:
+        record(*args[1:])
+    elif args[:1] == ["--merge"] and len(args) >= 2:
+        merge(args[1], args[2:])
+    elif args and not args[0].startswith("-"):
+        table(read(args))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
