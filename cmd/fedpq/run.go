@@ -217,6 +217,9 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 			fmt.Fprintf(stdout, ", %.4g kB per client and round", float64(s.SetupBytesTotal)/1e3/float64(uploads))
 		}
 	}
+	if c.SecureSumOnly {
+		fmt.Fprint(stdout, "; secure sums computed without the protocol (--secure-sum-only): its setup and time not counted")
+	}
 	fmt.Fprintln(stdout)
 	if l := s.Privacy; l != nil {
 		printLedger(stdout, l)
