@@ -150,13 +150,26 @@ func dotPairs(a, b []float32, sa int, bo *[4]int, pairs []int, single *[3]int, a
 //go:noescape
 func convPairsAVX512(a *float32, sa int, in *float32, offs *int, k int, bo *int, c *float32, ldc int, co *int)
 
-// haveConv says convPairs runs.
-var haveConv = hasAVX512
+// convPairsAVX2 is convPairs' 6x16 tile of two blocks in AVX2 with FMA.
+//
+//go:noescape
+func convPairsAVX2(a *float32, sa int, in *float32, offs *int, k int, bo *int, c *float32, ldc int, co *int)
 
-// convPairs computes a 6x64 tile (see convPairsAVX512). Offsets are
-// checked by the caller.
+// haveConv says convPairs runs: in AVX-512, or in AVX2 with FMA (whose
+// kernel, the fastest such a CPU runs, MulDirect then matches).
+var haveConv = hasAVX512 || cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// convPairs computes a 6x64 tile (see convPairsAVX512): in AVX2, as four
+// tiles of two blocks each, the same bits. Offsets are checked by the
+// caller.
 func convPairs(a []float32, sa int, in []float32, offs []int, bo *[8]int, c []float32, ldc int, co *[8]int) {
-	convPairsAVX512(&a[0], sa, &in[0], &offs[0], len(offs), &bo[0], &c[0], ldc, &co[0])
+	if hasAVX512 {
+		convPairsAVX512(&a[0], sa, &in[0], &offs[0], len(offs), &bo[0], &c[0], ldc, &co[0])
+		return
+	}
+	for v := 0; v < len(bo); v += 2 {
+		convPairsAVX2(&a[0], sa, &in[0], &offs[0], len(offs), &bo[v], &c[0], ldc, &co[v])
+	}
 }
 
 // transposeBlock is transposeAVX512, dst[p*w+i] = data[offs[i]+p] for

@@ -155,3 +155,98 @@ kernelAVX2_store0:
 	VMOVUPS Y11, 32(DI)
 	VZEROUPPER
 	RET
+
+// convPairsAVX2 computes a 6x16 tile of C = A*B with B read in place, as
+// convPairsAVX512 does a 6x64 one: A(i, p) = a[i*sa+p], B(p, col) =
+// in[offs[p]+col], for k >= 1 steps p; the tile's 16 columns are 2 blocks
+// of 8 contiguous ones, block q at B column offset bo[q] and C column
+// co[q]. Every element is one FMA chain over p in order from 0, stored as
+// is: the bits of Mul with alpha 1, beta 0 and k in one block. Registers
+// as in kernelAVX2.
+//
+// func convPairsAVX2(a *float32, sa int, in *float32, offs *int, k int, bo *int, c *float32, ldc int, co *int)
+TEXT ·convPairsAVX2(SB), NOSPLIT, $0-72
+	MOVQ a+0(FP), DX
+	MOVQ sa+8(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9  // 3 rows
+	LEAQ (R8)(R8*4), R10 // 5 rows
+	MOVQ in+16(FP), SI
+	MOVQ offs+24(FP), CX
+	MOVQ k+32(FP), BX
+	MOVQ bo+40(FP), R11
+	MOVQ 0(R11), R12
+	MOVQ 8(R11), R13
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+convPairsAVX2_step:
+	MOVQ (CX), AX
+	LEAQ (SI)(AX*4), AX
+	ADDQ $8, CX
+	VMOVUPS (AX)(R12*4), Y12
+	VMOVUPS (AX)(R13*4), Y13
+	VBROADCASTSS (DX), Y14
+	VFMADD231PS Y12, Y14, Y0
+	VFMADD231PS Y13, Y14, Y1
+	VBROADCASTSS (DX)(R8*1), Y15
+	VFMADD231PS Y12, Y15, Y2
+	VFMADD231PS Y13, Y15, Y3
+	VBROADCASTSS (DX)(R8*2), Y14
+	VFMADD231PS Y12, Y14, Y4
+	VFMADD231PS Y13, Y14, Y5
+	VBROADCASTSS (DX)(R9*1), Y15
+	VFMADD231PS Y12, Y15, Y6
+	VFMADD231PS Y13, Y15, Y7
+	VBROADCASTSS (DX)(R8*4), Y14
+	VFMADD231PS Y12, Y14, Y8
+	VFMADD231PS Y13, Y14, Y9
+	VBROADCASTSS (DX)(R10*1), Y15
+	VFMADD231PS Y12, Y15, Y10
+	VFMADD231PS Y13, Y15, Y11
+	ADDQ $4, DX
+	DECQ BX
+	JNE  convPairsAVX2_step
+
+	MOVQ c+48(FP), AX
+	MOVQ ldc+56(FP), R8
+	SHLQ $2, R8
+	MOVQ co+64(FP), R11
+	MOVQ 0(R11), R12
+	MOVQ 8(R11), R13
+	LEAQ (AX)(R12*4), DI
+	LEAQ (AX)(R13*4), SI
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, (SI)
+	ADDQ R8, DI
+	ADDQ R8, SI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, (SI)
+	ADDQ R8, DI
+	ADDQ R8, SI
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, (SI)
+	ADDQ R8, DI
+	ADDQ R8, SI
+	VMOVUPS Y6, (DI)
+	VMOVUPS Y7, (SI)
+	ADDQ R8, DI
+	ADDQ R8, SI
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, (SI)
+	ADDQ R8, DI
+	ADDQ R8, SI
+	VMOVUPS Y10, (DI)
+	VMOVUPS Y11, (SI)
+	VZEROUPPER
+	RET
