@@ -65,6 +65,17 @@ type convOp struct {
 	kernIn  gemm.Mat  // W' [C, O*k*k] (Data: the kernel, per call)
 	windows gemm.Mat  // [O*k*k, B*H*W] over dz, flipped
 
+	// Where the input's rows are not a multiple of 8 long and
+	// gemm.DirectPays, the input gradient's product runs by MulDirect over
+	// rows padded to wide positions (their reads fall in dz's next row, or
+	// its slack), on W' copied dense, into gradWide; the padding's columns
+	// are dropped. The kept columns are the same FMA chains as Mul's.
+	wide        int
+	kernDense   gemm.Mat // W' [C, O*k*k], dense (Data: kernDenseW)
+	kernDenseW  []float32
+	windowsWide gemm.Mat  // [O*k*k, B*H*wide] over dz
+	gradWide    []float32 // [C, B*H*wide]
+
 	phases   []stridePhase // stride > 1 or bi: the input gradient's phases
 	phaseOut []float32     // the phases' products, [C, B*ny*nx] each (bi: [C, ny*nx*nb]), H*W per channel and example in all
 
@@ -135,7 +146,11 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		l.q = k - 1 - in.pad
 	}
 	hq, wq := l.ho+2*l.q, l.wo+2*l.q
-	l.dz = make([]float32, l.o*batch*hq*wq)
+	if in.grad != nil && !l.col2im && l.phases == nil && s == 1 && in.w%8 != 0 && gemm.DirectPays(c, l.o*k*k) {
+		l.wide = (in.w + 7) / 8 * 8
+	}
+	// The padded rows' last reads run wide-in.w-1 past dz's last plane.
+	l.dz = make([]float32, l.o*batch*hq*wq+l.wide)
 	l.dzv = gemm.Mat{Data: l.dz,
 		Row: offsets(0, l.o, batch*hq*wq, 1, 0, 1, 0),
 		Col: offsets(l.q*wq+l.q, batch, hq*wq, l.ho, wq, l.wo, 1)}
@@ -177,6 +192,12 @@ func newConvOp(st step, in, out *edge, batch int, train bool) *convOp {
 		l.windows = gemm.Mat{Data: l.dz,
 			Row: offsets((k-1)*(wq+1), l.o, batch*hq*wq, k, -wq, k, -1),
 			Col: offsets(0, batch, hq*wq, in.h, wq, in.w, 1)}
+		if l.wide > 0 {
+			l.kernDenseW = make([]float32, c*l.o*k*k)
+			l.kernDense = gemm.Dense(l.kernDenseW, c, l.o*k*k, l.o*k*k)
+			l.windowsWide = gemm.Mat{Data: l.dz, Row: l.windows.Row, Col: offsets(0, batch, hq*wq, in.h, wq, l.wide, 1)}
+			l.gradWide = make([]float32, c*batch*in.h*l.wide)
+		}
 	}
 	l.batchTables(batch)
 	return l
@@ -254,8 +275,35 @@ func (l *convOp) backward(w, g [][]float32, nb, threads int) {
 	}
 	kernIn, windows := l.kernIn, l.windows
 	kernIn.Data = w[l.st.w]
+	if l.wide > 0 {
+		l.inputGradWide(kernIn, nb, threads)
+		return
+	}
 	windows.Col = windows.Col[:nb*l.in.h*l.in.w]
 	gemmMul(threads, l.in.grad, l.batch*l.in.h*l.in.w, kernIn, windows)
+}
+
+// inputGradWide is the input gradient's product over rows padded to
+// l.wide (see convOp.wide): W' copied dense, MulDirect, the padding
+// dropped.
+func (l *convOp) inputGradWide(kernIn gemm.Mat, nb, threads int) {
+	d := l.kernDenseW
+	for i, r := range kernIn.Row {
+		row := d[i*len(kernIn.Col):]
+		for p, o := range kernIn.Col {
+			row[p] = kernIn.Data[r+o]
+		}
+	}
+	h, w, wide := l.in.h, l.in.w, l.wide
+	ww := l.windowsWide
+	ww.Col = ww.Col[:nb*h*wide]
+	gemm.MulDirect(threads, l.gradWide, l.batch*h*wide, l.kernDense, ww)
+	for c := range l.c {
+		src, dst := l.gradWide[c*l.batch*h*wide:], l.in.grad[c*l.batch*h*w:]
+		for r := range nb * h {
+			copy(dst[r*w:r*w+w], src[r*wide:r*wide+w])
+		}
+	}
 }
 
 // reluForward writes ReLU(z + bias) of channels [lo, hi) into the output.

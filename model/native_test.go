@@ -286,6 +286,45 @@ func TestNativeThreads(t *testing.T) {
 	}
 }
 
+// TestWideInputGradient: where the input's rows are not a multiple of 8
+// long (cnn2's second convolution reads 12 x 12), the input gradient's
+// product over rows padded to 16 (convOp.wide, on CPUs where
+// gemm.DirectPays) trains to the same bits as the product without padding,
+// over full and partial minibatches and two threads.
+func TestWideInputGradient(t *testing.T) {
+	m, _ := New("cnn2", benchInput("cnn2"), 10)
+	x, y := synthetic(m, 45, 3)
+	var ws [2][][]float32
+	var losses [2]float64
+	for k, wide := range []bool{true, false} {
+		tr, _ := m.NewTrainerOn(Native, Optimizer{Name: "sgd", LR: 0.05, Momentum: 0.5})
+		tr.SetThreads(2)
+		cfg := TrainConfig{Epochs: 1, Batch: 10, Seed: 1}
+		if _, _, err := tr.Train(context.Background(), m.Init(1), x, y, seq(45), cfg); err != nil {
+			t.Fatal(err)
+		}
+		conv := tr.eng.(*nativeEngine).work.ops[1].(*convOp)
+		if wide && conv.wide == 0 {
+			t.Skip("the padded rows' product is not used on this CPU (gemm.DirectPays: AVX2 without AVX-512 only)")
+		}
+		if !wide {
+			conv.wide = 0
+		}
+		var err error
+		if ws[k], losses[k], err = tr.Train(context.Background(), m.Init(1), x, y, seq(45), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if losses[0] != losses[1] {
+		t.Errorf("loss %v with padded rows, %v without", losses[0], losses[1])
+	}
+	for i := range ws[0] {
+		if !slices.Equal(ws[0][i], ws[1][i]) {
+			t.Errorf("tensor %d differs with padded rows", i)
+		}
+	}
+}
+
 // TestNativeNoAllocPerStep: a Train call's allocations (its fresh result
 // slices) do not grow with its steps.
 func TestNativeNoAllocPerStep(t *testing.T) {

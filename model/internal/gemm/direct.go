@@ -55,6 +55,15 @@ func MulDirect(threads int, c []float32, ldc int, a, b Mat) {
 	wg.Wait()
 }
 
+// DirectPays reports whether MulDirect reads B in place for an m x k A on
+// this CPU where Mul's packing would copy B element by element (AVX2, whose
+// packing has no vector copier): there a caller may pad B's rows of output
+// positions to a multiple of 8, for the direct product, and drop the
+// padding's columns, at less cost than packing.
+func DirectPays(m, k int) bool {
+	return haveConv && !haveRunCopier && m >= 6 && k > 0 && k <= current().kcMax && current() == runnable[0]
+}
+
 // directJob is one MulDirect call, split by tiles of 64 columns.
 type directJob struct {
 	c              []float32

@@ -236,6 +236,10 @@ func gemm(ws *workspace, ker *kernel, c []float32, ldc int, a, b Mat, alpha, bet
 	if m <= 2*mr {
 		nc = max(nr, min(nc, 4096/kc/nr*nr))
 	}
+	// held is the (pc, ic) block ws.a holds packed, if any: with one k
+	// block and one row block (a few rows of A, as in a convolution's
+	// input gradient) every column block reuses it.
+	held := [2]int{-1, -1}
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
 		for pc := 0; pc < k; pc += kc {
@@ -253,8 +257,9 @@ func gemm(ws *workspace, ker *kernel, c []float32, ldc int, a, b Mat, alpha, bet
 				mcur := min(ker.mc, m-ic)
 				sa, rowAffine := affine(a.Row[ic : ic+mcur])
 				inPlace := ker.strided && colAffine && rowAffine
-				if !inPlace {
+				if !inPlace && held != [2]int{pc, ic} {
 					pack(ws.a, a.Data, a.Col[pc:pc+kcur], a.Row[ic:ic+mcur], mr, ws.runs)
+					held = [2]int{pc, ic}
 				}
 				// The A panel (mr*kcur) stays in L1 while the B block streams
 				// from L2 past it.
@@ -267,7 +272,7 @@ func gemm(ws *workspace, ker *kernel, c []float32, ldc int, a, b Mat, alpha, bet
 						} else {
 							// The kernel reads mr rows: pack the last few.
 							pack(ws.a, a.Data, a.Col[pc:pc+kcur], a.Row[ic+ir:ic+mcur], mr, ws.runs)
-							aoff = 0
+							aoff, held = 0, [2]int{-1, -1}
 						}
 					}
 					for jr := 0; jr < ncur; jr += nr {
