@@ -53,6 +53,9 @@ type hostile struct {
 	r      *raw
 	params int           // the model's parameters: an ldpq field each
 	hold   chan struct{} // if set, closed before it sends its masked upload
+	// gone: a client that leaves does not come back (the run's last round:
+	// the server may have finished by then).
+	gone bool
 }
 
 func newHostile(t *testing.T, addr string, id, n uint32, params int) (*hostile, error) {
@@ -93,6 +96,9 @@ func (h *hostile) send(m *pb.ClientMessage) error { return h.r.stream.Send(m) }
 // leave ends the session and joins again for the next round.
 func (h *hostile) leave() error {
 	h.r.stream.CloseSend()
+	if h.gone {
+		return nil
+	}
 	return h.rejoin()
 }
 
