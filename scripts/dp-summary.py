@@ -7,11 +7,13 @@ scripts/dp-table.sh, which may come from several sessions and machines:
       # OUT.csv (docs/results/dp-table.csv) and the others as one file, a
       # run measured twice kept once (the later line)
   scripts/dp-summary.py --record RUN.json DATASET PARTITION CLIENTS PER_ROUND \\
-      ROUNDS ROW TRIALS EPS SEED SUM_ONLY          # one run's line (dp-table.sh)
+      ROUNDS ROW TRIALS EPS SEED SUM_ONLY GLOBAL_LR  # one run's line (dp-table.sh)
 
 Accuracy is the final round's, over the seeds as mean ± standard error with
 each seed's in brackets; seconds per round are the mean of the seeds that
-state them (they depend on what else the machine ran); z and the epsilon
+state them, those run with the secure-aggregation protocol apart from those
+without it (--secure-sum-only), and depend on what else the machine ran and
+on the engine's speed that day; z and the epsilon
 against the models are the first seed's, the server's the range over the
 seeds that state it (it depends on the fewest uploads a round summed).
 """
@@ -23,13 +25,14 @@ import sys
 
 FIELDS = ["dataset", "partition", "clients", "per_round", "rounds", "row", "trials", "target_eps", "seed",
           "accuracy", "bits_per_param", "seconds_per_round", "sum_only", "noise_multiplier", "eps_models",
-          "eps_server"]
-RUN = FIELDS[:9]      # what identifies a run
+          "eps_server", "global_lr"]
+RUN = FIELDS[:9] + ["global_lr"]  # what identifies a run
+LR = "0.25"  # the server learning rate of lines that do not state one (experiments/mnist-dpfedavg.yaml's)
 SETTING = FIELDS[:5]  # what one table shares
 ROWS = ["none", "central", "ddgauss", "skellam", "pbm", "ldpq", "corbin"]
 
 
-def record(path, dataset, partition, clients, per_round, rounds, row, trials, eps, seed, sum_only):
+def record(path, dataset, partition, clients, per_round, rounds, row, trials, eps, seed, sum_only, lr=LR):
     r = json.load(open(path))
     u = (r.get("privacy") or {}).get("user") or {}
 
@@ -38,7 +41,7 @@ def record(path, dataset, partition, clients, per_round, rounds, row, trials, ep
     line = [dataset, partition, clients, per_round, rounds, row, trials if row == "pbm" else "", eps, seed,
             f"{r['final_accuracy']:.6g}", f"{r['uplink_bits_per_param']:.4g}",
             f"{r['seconds'] / r['rounds']:.3g}", sum_only, f"{u.get('noise_multiplier') or ''}",
-            e(u.get("model")), e(u.get("server"))]
+            e(u.get("model")), e(u.get("server")), lr]
     csv.writer(sys.stdout, lineterminator="\n").writerow(line)
 
 
@@ -50,6 +53,7 @@ def read(paths):
             for r in csv.DictReader(f, fieldnames=FIELDS):
                 if r["dataset"] == "dataset":
                     continue  # a header
+                r["global_lr"] = r.get("global_lr") or LR
                 runs[tuple(r[k] for k in RUN)] = r
     return runs
 
@@ -57,7 +61,7 @@ def read(paths):
 def order(r):
     eps = r["target_eps"]
     return (ROWS.index(r["row"]) if r["row"] in ROWS else len(ROWS), r["trials"],
-            -float(eps) if eps != "-" else 1)
+            -float(eps) if eps != "-" else 1, -float(r["global_lr"]))
 
 
 def table(runs):
@@ -67,11 +71,11 @@ def table(runs):
     for s in sorted(settings):
         dataset, partition, clients, per_round, rounds = s
         print(f"{dataset}, {partition}, {clients} clients, {per_round} a round (Poisson), {rounds} rounds\n")
-        print("| row | target eps | accuracy | bits/param sent | s/round | z | user-level eps: models | : server |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| row | target eps | server lr | accuracy | bits/param sent | s/round | z | user-level eps: models | : server |")
+        print("|---|---|---|---|---|---|---|---|---|")
         groups = {}
         for r in sorted(settings[s], key=lambda r: int(r["seed"])):
-            groups.setdefault((r["row"], r["trials"], r["target_eps"]), []).append(r)
+            groups.setdefault((r["row"], r["trials"], r["target_eps"], r["global_lr"]), []).append(r)
         for g in sorted(groups.values(), key=lambda g: order(g[0])):
             acc = [100 * float(r["accuracy"]) for r in g]
             if len(acc) == 1:
@@ -82,16 +86,18 @@ def table(runs):
             first = g[0]
             row = first["row"] + (f", {first['trials']} trial{'s' if first['trials'] != '1' else ''}"
                                   if first["trials"] else "")
-            timed = [float(r["seconds_per_round"]) for r in g if r["seconds_per_round"]]
-            secs = f"{statistics.mean(timed):.2f}" if timed else "-"
-            if any(r["sum_only"] for r in g):
-                secs += " (sum only)"
+            secs = []
+            for only in ("", "1"):
+                timed = [float(r["seconds_per_round"]) for r in g if r["seconds_per_round"] and r["sum_only"] == only]
+                if timed:
+                    secs.append(f"{statistics.mean(timed):.2f}" + (" (sum only)" if only else ""))
+            secs = ", ".join(secs) or "-"
             servers = sorted(float(r["eps_server"]) for r in g if r["eps_server"])
             server = "none" if not servers else f"{servers[0]:.3g}" if servers[0] == servers[-1] \
                 else f"{servers[0]:.3g}-{servers[-1]:.3g}"
             model = f"{float(first['eps_models']):.3g}" if first["eps_models"] else "none"
             z = f"{float(first['noise_multiplier']):.4g}" if first["noise_multiplier"] else "-"
-            print(f"| {row} | {first['target_eps']} | {shown} | {float(first['bits_per_param']):.3g} | {secs} | "
+            print(f"| {row} | {first['target_eps']} | {first['global_lr']} | {shown} | {float(first['bits_per_param']):.3g} | {secs} | "
                   f"{z} | {model} | {server} |")
         print()
 
@@ -106,7 +112,7 @@ def merge(out, paths):
 
 
 def main(args):
-    if args[:1] == ["--record"] and len(args) == 12:
+    if args[:1] == ["--record"] and len(args) in (12, 13):
         record(*args[1:])
     elif args[:1] == ["--merge"] and len(args) >= 2:
         merge(args[1], args[2:])
