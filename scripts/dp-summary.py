@@ -30,6 +30,7 @@ RUN = FIELDS[:9] + ["global_lr"]  # what identifies a run
 LR = "0.25"  # the server learning rate of lines that do not state one (experiments/mnist-dpfedavg.yaml's)
 SETTING = FIELDS[:5]  # what one table shares
 ROWS = ["none", "central", "ddgauss", "skellam", "pbm", "ldpq", "corbin"]
+SECURE = {"ddgauss", "skellam", "pbm"}  # the rows --secure-sum-only applies to
 
 
 def record(path, dataset, partition, clients, per_round, rounds, row, trials, eps, seed, sum_only, lr=LR):
@@ -88,7 +89,8 @@ def table(runs):
                                   if first["trials"] else "")
             secs = []
             for only in ("", "1"):
-                timed = [float(r["seconds_per_round"]) for r in g if r["seconds_per_round"] and r["sum_only"] == only]
+                timed = [float(r["seconds_per_round"]) for r in g
+                         if r["seconds_per_round"] and (r["sum_only"] if r["row"] in SECURE else "") == only]
                 if timed:
                     secs.append(f"{statistics.mean(timed):.2f}" + (" (sum only)" if only else ""))
             secs = ", ".join(secs) or "-"

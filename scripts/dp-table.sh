@@ -62,6 +62,11 @@ settings() {
   esac
 }
 
+# sum_only ROW: 1 where ROW ran with --secure-sum-only.
+sum_only() {
+  case $1 in ddgauss | skellam | pbm) echo "${SUM_ONLY:+1}" ;; esac
+}
+
 echo "$dataset, $partition, $clients clients, $per_round a round (Poisson), $rounds rounds, server lr $lr, seeds $first-$seeds"
 echo
 echo "| row | target eps | accuracy | bits/param sent | s/round | user-level eps: models | : server |"
@@ -82,7 +87,7 @@ for row in $rows; do
         $(settings "$row" "$eps") ${z:+--noise-multiplier "$z"} --out "$out" --quiet --format json >"$out.json" 2>"$out.err"; then
         outs+=("$out.json")
         [ -f "$out.csv" ] || python3 scripts/dp-summary.py --record "$out.json" "$dataset" "$partition" "$clients" \
-          "$per_round" "$rounds" "$row" "$trials" "$eps" "$seed" "${SUM_ONLY:+1}" "$lr" >"$out.csv"
+          "$per_round" "$rounds" "$row" "$trials" "$eps" "$seed" "$(sum_only "$row")" "$lr" >"$out.csv"
         cat "$out.csv" >>"$work/results.csv"
         # The noise multiplier does not depend on the seed: the first
         # seed's calibration serves the others (the target still stops a
