@@ -762,3 +762,40 @@ func BenchmarkCalibratePBM(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkServerLevelPBM: the guarantee against the server in the
+// table's run at eps 8 (pbm of two trials, noise sized for 130 shares, 80
+// honest uploads, a client in 35 rounds), read by privacy.CurveEpsilon as
+// serverLevel reads it, beside an accountant composing the whole curve.
+// Each iteration computes pbm's curve afresh.
+// go test ./fl -run XXX -bench ServerLevelPBM -benchtime 1x
+func BenchmarkServerLevelPBM(b *testing.B) {
+	for _, lazy := range []bool{true, false} {
+		b.Run(fmt.Sprintf("lazy=%v", lazy), func(b *testing.B) {
+			for b.Loop() {
+				m, err := mech.New("pbm", mech.Config{Noise: 1.239, Clients: 130, Trials: 2})
+				if err != nil {
+					b.Fatal(err)
+				}
+				curve := privacy.RDPCurve{Name: "pbm", MaxOrder: l2MaxOrder, Eps: func(a float64) float64 {
+					r, err := m.(mech.L2).SumRDP(a, 6422, 80)
+					if err != nil {
+						return math.Inf(1)
+					}
+					return r
+				}}
+				if lazy {
+					_, err = privacy.CurveEpsilon(curve, 35, 1e-5)
+				} else {
+					acct := privacy.NewAccountant(privacy.Auto)
+					if err = acct.Compose(privacy.Composed{Event: curve, Count: 35}); err == nil {
+						_, err = acct.Epsilon(1e-5)
+					}
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
