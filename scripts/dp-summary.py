@@ -3,6 +3,9 @@
 scripts/dp-table.sh, which may come from several sessions and machines:
 
   scripts/dp-summary.py RESULTS.csv...              # the table, one per setting
+  scripts/dp-summary.py --grid RESULTS.csv...       # the grid users choose from:
+      # per setting, each row's accuracy at each target, at that target's
+      # server learning rate (GRID_LR)
   scripts/dp-summary.py --merge OUT.csv RESULTS.csv...
       # OUT.csv (docs/results/dp-table.csv) and the others as one file, a
       # run measured twice kept once (the later line)
@@ -29,6 +32,8 @@ FIELDS = ["dataset", "partition", "clients", "per_round", "rounds", "row", "tria
 RUN = FIELDS[:9] + ["global_lr"]  # what identifies a run
 LR = "0.25"  # the server learning rate of lines that do not state one (experiments/mnist-dpfedavg.yaml's)
 SETTING = FIELDS[:5]  # what one table shares
+GRID_LR = {"-": "0.25", "8": "0.25", "3": "0.1", "1": "0.05"}  # each target's own (docs/privacy.md)
+GRID_EPS = ["-", "8", "3", "1"]
 ROWS = ["none", "central", "ddgauss", "skellam", "pbm", "ldpq", "corbin"]
 SECURE = {"ddgauss", "skellam", "pbm"}  # the rows --secure-sum-only applies to
 
@@ -104,6 +109,44 @@ def table(runs):
         print()
 
 
+def cell(acc):
+    """Accuracy over the seeds: mean ± standard error, the count where not 3."""
+    if len(acc) == 1:
+        return f"{acc[0]:.2f} (1 seed)"
+    se = statistics.stdev(acc) / len(acc) ** 0.5
+    return f"{statistics.mean(acc):.2f} ± {se:.2f}" + ("" if len(acc) == 3 else f" ({len(acc)} seeds)")
+
+
+def grid(runs):
+    settings = {}
+    for r in runs.values():
+        if r["global_lr"] == GRID_LR.get(r["target_eps"]):
+            settings.setdefault(tuple(r[k] for k in SETTING), []).append(r)
+    for s in sorted(settings, key=lambda s: (s[0] != "mnist", int(s[2]), s[1] != "iid", s)):
+        dataset, partition, clients, per_round, rounds = s
+        print(f"{dataset}, {partition}, {clients} clients, {per_round} a round, {rounds} rounds: accuracy (%)\n")
+        print("| row | bits/param sent | no privacy | eps 8 | eps 3 | eps 1 | s/round |")
+        print("|---|---|---|---|---|---|---|")
+        rows = {}
+        for r in settings[s]:
+            rows.setdefault((r["row"], r["trials"]), []).append(r)
+        for (row, trials), g in sorted(rows.items(), key=lambda kv: order(kv[1][0])):
+            name = row + (f", {trials} trial{'s' if trials != '1' else ''}" if trials else "")
+            if row in ("ldpq", "corbin"):
+                name += f" (user-level eps {float(g[0]['eps_models']):.2g})"
+            cells = {e: cell([100 * float(r["accuracy"]) for r in sorted(g, key=lambda r: int(r["seed"]))
+                              if r["target_eps"] == e]) for e in GRID_EPS if any(r["target_eps"] == e for r in g)}
+            bits = sorted({f"{float(r['bits_per_param']):.3g}" for r in g})
+            # Seconds per round: a secure row's without the protocol where
+            # measured so (--secure-sum-only), as they are comparable.
+            only = "1" if row in SECURE and any(r["sum_only"] for r in g) else ""
+            secs = [float(r["seconds_per_round"]) for r in g
+                    if r["seconds_per_round"] and (r["sum_only"] if row in SECURE else "") == only]
+            secs = (f"{statistics.mean(secs):.2f}" + (" (sum only)" if only else "")) if secs else "-"
+            print(f"| {name} | {', '.join(bits)} | " + " | ".join(cells.get(e, "") for e in GRID_EPS) + f" | {secs} |")
+        print()
+
+
 def merge(out, paths):
     runs = read(([out] if os.path.exists(out) else []) + paths)
     with open(out, "w") as f:
@@ -118,6 +161,8 @@ def main(args):
         record(*args[1:])
     elif args[:1] == ["--merge"] and len(args) >= 2:
         merge(args[1], args[2:])
+    elif args[:1] == ["--grid"] and len(args) >= 2:
+        grid(read(args[1:]))
     elif args and not args[0].startswith("-"):
         table(read(args))
     else:

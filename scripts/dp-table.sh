@@ -26,6 +26,10 @@
 # GLOBAL_LR sets the server learning rate (the experiment's: 0.25, tuned at
 # eps 8; at eps 1 central's best is lower, docs/privacy.md).
 #
+# Z gives the noise multiplier instead of calibrating one (a previous run's
+# for the same row, target, clients, sampling and rounds: it does not depend
+# on the data); use it with one row at one target.
+#
 # SUM_ONLY=1 runs the secure rows with --secure-sum-only: the same models
 # and ledger, bit for bit, without the protocol's cost (at 600 clients a
 # round most of a round's time), so their seconds per round leave it out.
@@ -75,7 +79,7 @@ for row in $rows; do
   targets=$epsilons
   case $row in none | ldpq | corbin) targets=- ;; esac
   for eps in $targets; do
-    outs=() why= z=
+    outs=() why= z=${Z:-}
     for seed in $(seq "$first" "$seeds"); do
       name=$row
       [ "$row" != pbm ] || name=pbm$trials
