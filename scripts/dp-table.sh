@@ -85,7 +85,7 @@ for row in $rows; do
       [ "$row" != pbm ] || name=pbm$trials
       out=$work/$dataset-$partition-$clients-$name-$eps-$seed${GLOBAL_LR:+-lr$GLOBAL_LR}
       # shellcheck disable=SC2046
-      if [ -f "$out.json" ] || nice -n 10 "$work/fedpq" run --config experiments/mnist-dpfedavg.yaml \
+      if [ -s "$out.json" ] || nice -n 10 "$work/fedpq" run --config experiments/mnist-dpfedavg.yaml \
         --dataset "$dataset" --data-dir "$data" --partition "$partition" --clients "$clients" \
         --clients-per-round "$per_round" --rounds "$rounds" --seed "$seed" --target-epsilon 0 --global-lr "$lr" \
         $(settings "$row" "$eps") ${z:+--noise-multiplier "$z"} --out "$out" --quiet --format json >"$out.json" 2>"$out.err"; then
