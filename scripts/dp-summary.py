@@ -32,7 +32,7 @@ FIELDS = ["dataset", "partition", "clients", "per_round", "rounds", "row", "tria
 RUN = FIELDS[:9] + ["global_lr"]  # what identifies a run
 LR = "0.25"  # the server learning rate of lines that do not state one (experiments/mnist-dpfedavg.yaml's)
 SETTING = FIELDS[:5]  # what one table shares
-GRID_LR = {"-": "0.25", "8": "0.25", "3": "0.1", "1": "0.05"}  # each target's own (docs/privacy.md)
+GRID_LR = {"-": LR, "8": LR, "3": "0.1", "1": "0.05"}  # each target's own (docs/privacy.md)
 GRID_EPS = ["-", "8", "3", "1"]
 ROWS = ["none", "central", "ddgauss", "skellam", "pbm", "ldpq", "corbin"]
 SECURE = {"ddgauss", "skellam", "pbm"}  # the rows --secure-sum-only applies to
@@ -70,10 +70,35 @@ def order(r):
             -float(eps) if eps != "-" else 1, -float(r["global_lr"]))
 
 
-def table(runs):
+def settings_of(runs):
+    """The runs by setting (one table each)."""
     settings = {}
-    for r in runs.values():
+    for r in runs:
         settings.setdefault(tuple(r[k] for k in SETTING), []).append(r)
+    return settings
+
+
+def label(row, trials):
+    return row + (f", {trials} trial{'s' if trials != '1' else ''}" if trials else "")
+
+
+def spread(acc):
+    """Accuracies (%) as mean ± standard error, a single one as itself."""
+    if len(acc) == 1:
+        return f"{acc[0]:.2f}"
+    return f"{statistics.mean(acc):.2f} ± {statistics.stdev(acc) / len(acc) ** 0.5:.2f}"
+
+
+def seconds(g, only):
+    """The mean seconds per round of the runs of g that state them, a secure
+    row's with the protocol (only "") or without it (only "1")."""
+    timed = [float(r["seconds_per_round"]) for r in g
+             if r["seconds_per_round"] and (r["sum_only"] if r["row"] in SECURE else "") == only]
+    return f"{statistics.mean(timed):.2f}" + (" (sum only)" if only else "") if timed else None
+
+
+def table(runs):
+    settings = settings_of(runs.values())
     for s in sorted(settings):
         dataset, partition, clients, per_round, rounds = s
         print(f"{dataset}, {partition}, {clients} clients, {per_round} a round (Poisson), {rounds} rounds\n")
@@ -84,66 +109,43 @@ def table(runs):
             groups.setdefault((r["row"], r["trials"], r["target_eps"], r["global_lr"]), []).append(r)
         for g in sorted(groups.values(), key=lambda g: order(g[0])):
             acc = [100 * float(r["accuracy"]) for r in g]
-            if len(acc) == 1:
-                shown = f"{acc[0]:.2f}% (1 seed)"
-            else:
-                se = statistics.stdev(acc) / len(acc) ** 0.5
-                shown = f"{statistics.mean(acc):.2f} ± {se:.2f}% ({', '.join(f'{a:.2f}' for a in acc)})"
+            shown = f"{spread(acc)}% " + ("(1 seed)" if len(acc) == 1 else f"({', '.join(f'{a:.2f}' for a in acc)})")
             first = g[0]
-            row = first["row"] + (f", {first['trials']} trial{'s' if first['trials'] != '1' else ''}"
-                                  if first["trials"] else "")
-            secs = []
-            for only in ("", "1"):
-                timed = [float(r["seconds_per_round"]) for r in g
-                         if r["seconds_per_round"] and (r["sum_only"] if r["row"] in SECURE else "") == only]
-                if timed:
-                    secs.append(f"{statistics.mean(timed):.2f}" + (" (sum only)" if only else ""))
-            secs = ", ".join(secs) or "-"
+            secs = ", ".join(t for t in (seconds(g, ""), seconds(g, "1")) if t) or "-"
             servers = sorted(float(r["eps_server"]) for r in g if r["eps_server"])
             server = "none" if not servers else f"{servers[0]:.3g}" if servers[0] == servers[-1] \
                 else f"{servers[0]:.3g}-{servers[-1]:.3g}"
             model = f"{float(first['eps_models']):.3g}" if first["eps_models"] else "none"
             z = f"{float(first['noise_multiplier']):.4g}" if first["noise_multiplier"] else "-"
-            print(f"| {row} | {first['target_eps']} | {first['global_lr']} | {shown} | {float(first['bits_per_param']):.3g} | {secs} | "
-                  f"{z} | {model} | {server} |")
+            print(f"| {label(first['row'], first['trials'])} | {first['target_eps']} | {first['global_lr']} | {shown} | "
+                  f"{float(first['bits_per_param']):.3g} | {secs} | {z} | {model} | {server} |")
         print()
 
 
-def cell(acc):
-    """Accuracy over the seeds: mean ± standard error, the count where not 3."""
-    if len(acc) == 1:
-        return f"{acc[0]:.2f} (1 seed)"
-    se = statistics.stdev(acc) / len(acc) ** 0.5
-    return f"{statistics.mean(acc):.2f} ± {se:.2f}" + ("" if len(acc) == 3 else f" ({len(acc)} seeds)")
-
-
 def grid(runs):
-    settings = {}
-    for r in runs.values():
-        if r["global_lr"] == GRID_LR.get(r["target_eps"]):
-            settings.setdefault(tuple(r[k] for k in SETTING), []).append(r)
+    settings = settings_of(r for r in runs.values() if r["global_lr"] == GRID_LR.get(r["target_eps"]))
     for s in sorted(settings, key=lambda s: (s[0] != "mnist", int(s[2]), s[1] != "iid", s)):
         dataset, partition, clients, per_round, rounds = s
         print(f"{dataset}, {partition}, {clients} clients, {per_round} a round, {rounds} rounds: accuracy (%)\n")
         print("| row | bits/param sent | no privacy | eps 8 | eps 3 | eps 1 | s/round |")
         print("|---|---|---|---|---|---|---|")
         rows = {}
-        for r in settings[s]:
+        for r in sorted(settings[s], key=lambda r: int(r["seed"])):
             rows.setdefault((r["row"], r["trials"]), []).append(r)
         for (row, trials), g in sorted(rows.items(), key=lambda kv: order(kv[1][0])):
-            name = row + (f", {trials} trial{'s' if trials != '1' else ''}" if trials else "")
+            name = label(row, trials)
             if row in ("ldpq", "corbin"):
                 name += f" (user-level eps {float(g[0]['eps_models']):.2g})"
-            cells = {e: cell([100 * float(r["accuracy"]) for r in sorted(g, key=lambda r: int(r["seed"]))
-                              if r["target_eps"] == e]) for e in GRID_EPS if any(r["target_eps"] == e for r in g)}
+            cells = []
+            for e in GRID_EPS:
+                acc = [100 * float(r["accuracy"]) for r in g if r["target_eps"] == e]
+                cells.append("" if not acc else spread(acc) + ("" if len(acc) == 3 else
+                             f" ({len(acc)} seed{'s' if len(acc) > 1 else ''})"))
             bits = sorted({f"{float(r['bits_per_param']):.3g}" for r in g})
-            # Seconds per round: a secure row's without the protocol where
-            # measured so (--secure-sum-only), as they are comparable.
-            only = "1" if row in SECURE and any(r["sum_only"] for r in g) else ""
-            secs = [float(r["seconds_per_round"]) for r in g
-                    if r["seconds_per_round"] and (r["sum_only"] if row in SECURE else "") == only]
-            secs = (f"{statistics.mean(secs):.2f}" + (" (sum only)" if only else "")) if secs else "-"
-            print(f"| {name} | {', '.join(bits)} | " + " | ".join(cells.get(e, "") for e in GRID_EPS) + f" | {secs} |")
+            # A secure row's seconds without the protocol where measured so
+            # (--secure-sum-only): the rows' are then comparable.
+            secs = seconds(g, "1" if row in SECURE and any(r["sum_only"] for r in g) else "") or "-"
+            print(f"| {name} | {', '.join(bits)} | " + " | ".join(cells) + f" | {secs} |")
         print()
 
 

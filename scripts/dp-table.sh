@@ -28,7 +28,8 @@
 #
 # Z gives the noise multiplier instead of calibrating one (a previous run's
 # for the same row, target, clients, sampling and rounds: it does not depend
-# on the data); use it with one row at one target.
+# on the data: fl.PrepareDP calibrates from the clients' count and the model's
+# size alone); it takes one row at one target.
 #
 # SUM_ONLY=1 runs the secure rows with --secure-sum-only: the same models
 # and ledger, bit for bit, without the protocol's cost (at 600 clients a
@@ -49,6 +50,10 @@ secure="--secure-aggregation${SUM_ONLY:+ --secure-sum-only}"
 lr=${GLOBAL_LR:-$(sed -n 's/^global_lr: *//p' experiments/mnist-dpfedavg.yaml)}
 epsilons=${EPS:-8 3 1}
 rows=${ROWS:-none central ddgauss skellam pbm ldpq corbin}
+if [ -n "${Z:-}" ] && [ "$(echo $rows $epsilons | wc -w)" != 2 ]; then
+  echo "dp-table.sh: Z=$Z is one row's noise multiplier at one target; ROWS ($rows) and EPS ($epsilons) name more" >&2
+  exit 2
+fi
 work=${KEEP:-$(mktemp -d)}
 mkdir -p "$work"
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
@@ -90,7 +95,7 @@ for row in $rows; do
         --clients-per-round "$per_round" --rounds "$rounds" --seed "$seed" --target-epsilon 0 --global-lr "$lr" \
         $(settings "$row" "$eps") ${z:+--noise-multiplier "$z"} --out "$out" --quiet --format json >"$out.json" 2>"$out.err"; then
         outs+=("$out.json")
-        [ -f "$out.csv" ] || python3 scripts/dp-summary.py --record "$out.json" "$dataset" "$partition" "$clients" \
+        [ -s "$out.csv" ] || python3 scripts/dp-summary.py --record "$out.json" "$dataset" "$partition" "$clients" \
           "$per_round" "$rounds" "$row" "$trials" "$eps" "$seed" "$(sum_only "$row")" "$lr" >"$out.csv"
         cat "$out.csv" >>"$work/results.csv"
         # The noise multiplier does not depend on the seed: the first
