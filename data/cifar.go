@@ -2,6 +2,7 @@ package data
 
 import (
 	"archive/tar"
+	"bufio"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -34,15 +35,20 @@ var (
 
 // loadCIFAR finds (or downloads) the six batch files and decodes them.
 func loadCIFAR(o Options) (*Federated, error) {
-	want := make([][]string, len(cifarFiles))
-	for i, f := range cifarFiles {
-		want[i] = []string{f}
-	}
-	paths, err := locate("cifar10", o, []string{"cifar-10-batches-bin", "cifar10"}, want, fetchCIFAR)
+	paths, err := locateCIFAR(o)
 	if err != nil {
 		return nil, err
 	}
 	return readCIFAR(paths, cifarPerFile)
+}
+
+// locateCIFAR finds (or downloads) the six batch files.
+func locateCIFAR(o Options) ([]string, error) {
+	want := make([][]string, len(cifarFiles))
+	for i, f := range cifarFiles {
+		want[i] = []string{f}
+	}
+	return locate("cifar10", o, []string{"cifar-10-batches-bin", "cifar10"}, want, fetchCIFAR)
 }
 
 // readCIFAR decodes the five train files and the test file (in cifarFiles'
@@ -52,53 +58,127 @@ func loadCIFAR(o Options) (*Federated, error) {
 // of writing 180 MB.
 func readCIFAR(paths []string, perFile int) (*Federated, error) {
 	train := newCIFAR(5 * perFile)
-	test := newCIFAR(perFile)
-	errs := make([]error, len(paths))
-	var wg sync.WaitGroup
-	for i, p := range paths {
-		d, at := train, i*perFile
-		if i == 5 {
-			d, at = test, 0
-		}
-		wg.Go(func() {
-			errs[i] = readCIFARFile(p, perFile, d.X[at*3*cifarPixels:(at+perFile)*3*cifarPixels], d.Y[at:at+perFile])
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	test, err := readCIFARFile(paths[5], perFile)
+	err = errors.Join(err, scanCIFARTrain(paths[:5], perFile, train.Y, func(i int, rec []byte) {
+		cifarImage(train.X[i*3*cifarPixels:(i+1)*3*cifarPixels], rec)
+	}))
+	if err != nil {
 		return nil, err
 	}
 	return &Federated{Train: train, Test: test}, nil
+}
+
+// readCIFARLabels is LoadLabels of CIFAR-10 (perFile records a file, as
+// readCIFAR): the test set, and the training set's labels, its images
+// read record by record and dropped (the labels are among them).
+func readCIFARLabels(paths []string, perFile int) (*Federated, error) {
+	train := newCIFAR(0)
+	train.X, train.Y = nil, make([]int32, 5*perFile)
+	test, err := readCIFARFile(paths[5], perFile)
+	err = errors.Join(err, scanCIFARTrain(paths[:5], perFile, train.Y, func(int, []byte) {}))
+	if err != nil {
+		return nil, err
+	}
+	return &Federated{Train: train, Test: test}, nil
+}
+
+// readCIFARExamples is LoadExamples of CIFAR-10 (perFile records a file,
+// as readCIFAR): the training examples idx, in that order.
+func readCIFARExamples(paths []string, perFile int, idx []int) (*Dataset, error) {
+	n := 5 * perFile
+	at := map[int][]int{} // example -> its positions in idx
+	for p, i := range idx {
+		if i < 0 || i >= n {
+			return nil, fmt.Errorf("data: cifar10: example %d of %d", i, n)
+		}
+		at[i] = append(at[i], p)
+	}
+	all := make([]int32, n)
+	d := newCIFAR(len(idx))
+	err := scanCIFARTrain(paths[:5], perFile, all, func(i int, rec []byte) {
+		for _, p := range at[i] {
+			cifarImage(d.X[p*3*cifarPixels:(p+1)*3*cifarPixels], rec)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for p, i := range idx {
+		d.Y[p] = all[i]
+	}
+	return d, nil
+}
+
+// readCIFARFile decodes one batch file of perFile records.
+func readCIFARFile(path string, perFile int) (*Dataset, error) {
+	test := newCIFAR(perFile)
+	err := scanCIFARFile(path, perFile, func(r int, rec []byte) {
+		test.Y[r] = int32(rec[0])
+		cifarImage(test.X[r*3*cifarPixels:(r+1)*3*cifarPixels], rec)
+	})
+	return test, err
+}
+
+// scanCIFARTrain reads the five train files concurrently, their labels
+// into y and each record, numbered across the files, to image.
+func scanCIFARTrain(paths []string, perFile int, y []int32, image func(i int, rec []byte)) error {
+	errs := make([]error, len(paths))
+	var wg sync.WaitGroup
+	for f, p := range paths {
+		wg.Go(func() {
+			errs[f] = scanCIFARFile(p, perFile, func(r int, rec []byte) {
+				y[f*perFile+r] = int32(rec[0])
+				image(f*perFile+r, rec)
+			})
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func newCIFAR(n int) *Dataset {
 	return &Dataset{Name: "cifar10", X: make([]float32, n*3*cifarPixels), Y: make([]int32, n), Shape: []int{cifarSide, cifarSide, 3}, Classes: 10}
 }
 
-// readCIFARFile decodes one batch file into x (HWC, [0,1]) and y.
-func readCIFARFile(path string, perFile int, x []float32, y []int32) error {
-	b, err := os.ReadFile(path)
+// scanCIFARFile reads one batch file of perFile records, one record at a
+// time, and hands each (its label checked) to record, which must not keep
+// it.
+func scanCIFARFile(path string, perFile int, record func(r int, rec []byte)) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	if len(b) != perFile*cifarRecord {
-		return fmt.Errorf("%s: %d bytes, want %d (%d records of %d bytes): the file is truncated or not a CIFAR-10 binary batch", path, len(b), perFile*cifarRecord, perFile, cifarRecord)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
 	}
+	if st.Size() != int64(perFile*cifarRecord) {
+		return fmt.Errorf("%s: %d bytes, want %d (%d records of %d bytes): the file is truncated or not a CIFAR-10 binary batch", path, st.Size(), perFile*cifarRecord, perFile, cifarRecord)
+	}
+	br := bufio.NewReaderSize(f, 1<<16)
+	rec := make([]byte, cifarRecord)
 	for r := range perFile {
-		rec := b[r*cifarRecord : (r+1)*cifarRecord]
+		if _, err := io.ReadFull(br, rec); err != nil {
+			return fmt.Errorf("%s: record %d: %w", path, r, truncated(err))
+		}
 		if rec[0] >= 10 {
 			return fmt.Errorf("%s: record %d has label %d, want 0..9", path, r, rec[0])
 		}
-		y[r] = int32(rec[0])
-		out := x[r*3*cifarPixels : (r+1)*3*cifarPixels]
-		for c := range 3 {
-			plane := rec[1+c*cifarPixels : 1+(c+1)*cifarPixels]
-			for p, v := range plane {
-				out[3*p+c] = byteScale[v]
-			}
-		}
+		record(r, rec)
 	}
 	return nil
+}
+
+// cifarImage decodes a record's image (three planes, CHW) into out (HWC,
+// [0,1]).
+func cifarImage(out []float32, rec []byte) {
+	for c := range 3 {
+		plane := rec[1+c*cifarPixels : 1+(c+1)*cifarPixels]
+		for p, v := range plane {
+			out[3*p+c] = byteScale[v]
+		}
+	}
 }
 
 // fetchCIFAR downloads the official archive into dir, checks its MD5, and

@@ -147,3 +147,69 @@ func Load(name string, o Options) (*Federated, error) {
 	}
 	return Synthetic(alpha, beta, o.Clients, o.Seed)
 }
+
+// LoadLabels is Load for a process that partitions the training set but
+// trains on none of it (a deployed server): the test set in full and, of
+// the training set, its labels, shape and classes alone (Train.X is nil;
+// Train.Len() counts its labels). The training images of MNIST and
+// Fashion-MNIST are neither read nor downloaded; CIFAR-10's, which hold
+// its labels, are read a record at a time and dropped. Synthetic data,
+// generated rather than read, is Load's, whole. LoadExamples reads the
+// training examples the process needs after all (held-out ones).
+func LoadLabels(name string, o Options) (*Federated, error) {
+	if o.Dir == "" {
+		o.Dir = Dir("")
+	}
+	base, _, _, err := parseName(name)
+	if err != nil {
+		return nil, err
+	}
+	switch base {
+	case "mnist":
+		return loadIDXLabels(mnist, o)
+	case "fashion-mnist":
+		return loadIDXLabels(fashionMNIST, o)
+	case "cifar10":
+		paths, err := locateCIFAR(o)
+		if err != nil {
+			return nil, err
+		}
+		return readCIFARLabels(paths, cifarPerFile)
+	}
+	return Load(name, o)
+}
+
+// LoadExamples is Subset(Load(name, o).Train, idx), the training examples
+// idx in that order, read without holding the others: of MNIST,
+// Fashion-MNIST and CIFAR-10 only those examples are ever decoded.
+func LoadExamples(name string, o Options, idx []int) (*Dataset, error) {
+	if o.Dir == "" {
+		o.Dir = Dir("")
+	}
+	base, _, _, err := parseName(name)
+	if err != nil {
+		return nil, err
+	}
+	switch base {
+	case "mnist":
+		return loadIDXExamples(mnist, o, idx)
+	case "fashion-mnist":
+		return loadIDXExamples(fashionMNIST, o, idx)
+	case "cifar10":
+		paths, err := locateCIFAR(o)
+		if err != nil {
+			return nil, err
+		}
+		return readCIFARExamples(paths, cifarPerFile, idx)
+	}
+	f, err := Load(name, o)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range idx {
+		if i < 0 || i >= f.Train.Len() {
+			return nil, fmt.Errorf("data: %s: example %d of %d", name, i, f.Train.Len())
+		}
+	}
+	return Subset(f.Train, idx), nil
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -23,50 +24,111 @@ const maxIDXBytes = 1 << 30
 // else (other magic, a zero dimension, short or trailing data) is an error,
 // never a panic, so a damaged download is caught before training on it.
 func parseIDX(r io.Reader) (dims []int, payload []byte, err error) {
-	var magic [4]byte
-	if _, err := io.ReadFull(r, magic[:]); err != nil {
-		return nil, nil, fmt.Errorf("IDX header: %w", truncated(err))
-	}
-	if magic[0] != 0 || magic[1] != 0 {
-		return nil, nil, fmt.Errorf("not an IDX file (magic %02x%02x%02x%02x)", magic[0], magic[1], magic[2], magic[3])
-	}
-	if magic[2] != 0x08 {
-		return nil, nil, fmt.Errorf("IDX element type 0x%02x unsupported (want 0x08, unsigned byte)", magic[2])
-	}
-	nd := int(magic[3])
-	if nd < 1 || nd > 4 {
-		return nil, nil, fmt.Errorf("IDX with %d dimensions unsupported (want 1 to 4)", nd)
-	}
-	raw := make([]byte, 4*nd)
-	if _, err := io.ReadFull(r, raw); err != nil {
-		return nil, nil, fmt.Errorf("IDX dimensions: %w", truncated(err))
-	}
-	dims = make([]int, nd)
-	size := 1
-	for i := range dims {
-		d := int(binary.BigEndian.Uint32(raw[4*i:]))
-		if d == 0 {
-			return nil, nil, fmt.Errorf("IDX dimension %d is zero", i)
-		}
-		if d > maxIDXBytes/size {
-			return nil, nil, fmt.Errorf("IDX dimensions %v exceed %d bytes", dimsOf(raw), maxIDXBytes)
-		}
-		dims[i] = d
-		size *= d
+	dims, size, err := parseIDXHeader(r)
+	if err != nil {
+		return nil, nil, err
 	}
 	payload, err = readExactly(r, size)
 	if err != nil {
 		return nil, nil, fmt.Errorf("IDX data (%v, %d bytes): %w", dims, size, truncated(err))
 	}
+	if err := idxEnd(r, dims, size); err != nil {
+		return nil, nil, err
+	}
+	return dims, payload, nil
+}
+
+// parseIDXHeader reads an IDX stream's magic number and dimensions
+// (parseIDX's checks), and returns the dimensions and the payload's size.
+func parseIDXHeader(r io.Reader) (dims []int, size int, err error) {
+	var magic [4]byte
+	if _, err := io.ReadFull(r, magic[:]); err != nil {
+		return nil, 0, fmt.Errorf("IDX header: %w", truncated(err))
+	}
+	if magic[0] != 0 || magic[1] != 0 {
+		return nil, 0, fmt.Errorf("not an IDX file (magic %02x%02x%02x%02x)", magic[0], magic[1], magic[2], magic[3])
+	}
+	if magic[2] != 0x08 {
+		return nil, 0, fmt.Errorf("IDX element type 0x%02x unsupported (want 0x08, unsigned byte)", magic[2])
+	}
+	nd := int(magic[3])
+	if nd < 1 || nd > 4 {
+		return nil, 0, fmt.Errorf("IDX with %d dimensions unsupported (want 1 to 4)", nd)
+	}
+	raw := make([]byte, 4*nd)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return nil, 0, fmt.Errorf("IDX dimensions: %w", truncated(err))
+	}
+	dims = make([]int, nd)
+	size = 1
+	for i := range dims {
+		d := int(binary.BigEndian.Uint32(raw[4*i:]))
+		if d == 0 {
+			return nil, 0, fmt.Errorf("IDX dimension %d is zero", i)
+		}
+		if d > maxIDXBytes/size {
+			return nil, 0, fmt.Errorf("IDX dimensions %v exceed %d bytes", dimsOf(raw), maxIDXBytes)
+		}
+		dims[i] = d
+		size *= d
+	}
+	return dims, size, nil
+}
+
+// idxEnd checks that an IDX stream ends after its payload of size bytes.
+func idxEnd(r io.Reader, dims []int, size int) error {
 	var extra [1]byte
 	switch _, err := io.ReadFull(r, extra[:]); {
 	case err == nil:
-		return nil, nil, fmt.Errorf("IDX data (%v): trailing bytes after %d bytes", dims, size)
+		return fmt.Errorf("IDX data (%v): trailing bytes after %d bytes", dims, size)
 	case err != io.EOF:
 		// A gzip stream reports a bad checksum only here, at its end.
-		return nil, nil, fmt.Errorf("IDX data (%v): %w", dims, err)
+		return fmt.Errorf("IDX data (%v): %w", dims, err)
 	}
-	return dims, payload, nil
+	return nil
+}
+
+// parseIDXRows is parseIDX for a stream of examples (its first dimension)
+// of which it keeps only the examples idx, in idx's order, each scaled to
+// [0,1] as scaleBytes does: what scaleBytes of parseIDX's payload holds at
+// those examples, without ever holding the rest. It reads the whole stream
+// and checks it as parseIDX does.
+func parseIDXRows(r io.Reader, idx []int) (dims []int, x []float32, err error) {
+	dims, size, err := parseIDXHeader(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, row := dims[0], size/dims[0]
+	for _, i := range idx {
+		if i < 0 || i >= n {
+			return nil, nil, fmt.Errorf("IDX data (%v): example %d of %d", dims, i, n)
+		}
+	}
+	// The positions of idx in the order of their examples, so that one
+	// pass over the stream fills them all (an example asked for twice too).
+	order := make([]int, len(idx))
+	for p := range order {
+		order[p] = p
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return idx[a] - idx[b] })
+	x = make([]float32, len(idx)*row)
+	buf := make([]byte, row)
+	next := 0
+	for i := range n {
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, nil, fmt.Errorf("IDX data (%v, %d bytes): %w", dims, size, truncated(err))
+		}
+		for ; next < len(order) && idx[order[next]] == i; next++ {
+			out := x[order[next]*row : (order[next]+1)*row]
+			for j, v := range buf {
+				out[j] = byteScale[v]
+			}
+		}
+	}
+	if err := idxEnd(r, dims, size); err != nil {
+		return nil, nil, err
+	}
+	return dims, x, nil
 }
 
 // dimsOf renders raw big-endian dimensions for an error message.
@@ -109,10 +171,30 @@ func readExactly(r io.Reader, n int) ([]byte, error) {
 // readIDXFile reads an IDX file, gzip-compressed or not (told apart by the
 // gzip magic, not the name). When wantMD5 is not empty the file's MD5 is
 // computed as it is read, at no extra pass, and a mismatch is an error.
-func readIDXFile(path, wantMD5 string) ([]int, []byte, error) {
+func readIDXFile(path, wantMD5 string) (dims []int, payload []byte, err error) {
+	err = readIDX(path, wantMD5, func(r io.Reader) (err error) {
+		dims, payload, err = parseIDX(r)
+		return err
+	})
+	return dims, payload, err
+}
+
+// readIDXRows is readIDXFile for a file of examples of which only idx are
+// kept (parseIDXRows).
+func readIDXRows(path, wantMD5 string, idx []int) (dims []int, x []float32, err error) {
+	err = readIDX(path, wantMD5, func(r io.Reader) (err error) {
+		dims, x, err = parseIDXRows(r, idx)
+		return err
+	})
+	return dims, x, err
+}
+
+// readIDX opens an IDX file for parse, uncompressing it where it is gzip,
+// and checks its MD5 (where wantMD5 is not empty) once parse has read it.
+func readIDX(path, wantMD5 string, parse func(io.Reader) error) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	defer f.Close()
 	sum := newSum(wantMD5)
@@ -121,21 +203,17 @@ func readIDXFile(path, wantMD5 string) ([]int, []byte, error) {
 	if head, _ := br.Peek(2); len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", path, err)
+			return fmt.Errorf("%s: %w", path, err)
 		}
 		r = zr
 	}
-	dims, payload, err := parseIDX(r)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	if err := parse(r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if _, err := io.Copy(io.Discard, br); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	if err := sum.check(path); err != nil {
-		return nil, nil, err
-	}
-	return dims, payload, nil
+	return sum.check(path)
 }
 
 // idxSet describes an MNIST-style dataset: four IDX files in the order train
@@ -185,19 +263,7 @@ var (
 // loadIDX finds (or downloads) the set's files and decodes the train and test
 // halves concurrently.
 func loadIDX(s *idxSet, o Options) (*Federated, error) {
-	names := make([][]string, len(s.files))
-	for i, f := range s.files {
-		// An uncompressed copy (what gunzip leaves) is accepted too.
-		names[i] = []string{f.name, strings.TrimSuffix(f.name, ".gz")}
-	}
-	paths, err := locate(s.name, o, s.subdirs, names, func(dir string, missing []int) error {
-		for _, i := range missing {
-			if err := fetchMirrors(s.mirrors, s.files[i], dir); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	paths, err := s.locate(o, 0, 1, 2, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -213,6 +279,67 @@ func loadIDX(s *idxSet, o Options) (*Federated, error) {
 	return &Federated{Train: train, Test: test}, nil
 }
 
+// loadIDXLabels is LoadLabels of the set: its training images are neither
+// fetched nor read.
+func loadIDXLabels(s *idxSet, o Options) (*Federated, error) {
+	paths, err := s.locate(o, 1, 2, 3)
+	if err != nil {
+		return nil, err
+	}
+	y, err := s.labels(paths[0], s.files[1], s.train)
+	if err != nil {
+		return nil, err
+	}
+	test, err := s.decode(paths[1], paths[2], s.files[2], s.files[3], s.test)
+	if err != nil {
+		return nil, err
+	}
+	return &Federated{Train: &Dataset{Name: s.name, Y: y, Shape: []int{s.rows, s.cols, 1}, Classes: s.classes}, Test: test}, nil
+}
+
+// loadIDXExamples is LoadExamples of the set: its training images read in
+// one pass that keeps only idx.
+func loadIDXExamples(s *idxSet, o Options, idx []int) (*Dataset, error) {
+	paths, err := s.locate(o, 0, 1)
+	if err != nil {
+		return nil, err
+	}
+	dims, x, err := readIDXRows(paths[0], officialMD5(paths[0], s.files[0]), idx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkImages(paths[0], dims, s.train); err != nil {
+		return nil, err
+	}
+	all, err := s.labels(paths[1], s.files[1], s.train)
+	if err != nil {
+		return nil, err
+	}
+	y := make([]int32, len(idx))
+	for p, i := range idx {
+		y[p] = all[i]
+	}
+	return &Dataset{Name: s.name, X: x, Y: y, Shape: []int{s.rows, s.cols, 1}, Classes: s.classes}, nil
+}
+
+// locate finds (or downloads) the set's files of the given indices in
+// s.files, and returns their paths in that order.
+func (s *idxSet) locate(o Options, files ...int) ([]string, error) {
+	names := make([][]string, len(files))
+	for i, f := range files {
+		// An uncompressed copy (what gunzip leaves) is accepted too.
+		names[i] = []string{s.files[f].name, strings.TrimSuffix(s.files[f].name, ".gz")}
+	}
+	return locate(s.name, o, s.subdirs, names, func(dir string, missing []int) error {
+		for _, i := range missing {
+			if err := fetchMirrors(s.mirrors, s.files[files[i]], dir); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // decode reads one images file and its labels file and checks that they
 // agree with each other and with the dataset's published sizes.
 func (s *idxSet) decode(imgPath, lblPath string, imgFile, lblFile remoteFile, n int) (*Dataset, error) {
@@ -220,9 +347,27 @@ func (s *idxSet) decode(imgPath, lblPath string, imgFile, lblFile remoteFile, n 
 	if err != nil {
 		return nil, err
 	}
-	if len(dims) != 3 || dims[0] != n || dims[1] != s.rows || dims[2] != s.cols {
-		return nil, fmt.Errorf("%s: images of dimensions %v, want [%d %d %d]", imgPath, dims, n, s.rows, s.cols)
+	if err := s.checkImages(imgPath, dims, n); err != nil {
+		return nil, err
 	}
+	y, err := s.labels(lblPath, lblFile, n)
+	if err != nil {
+		return nil, err
+	}
+	return &Dataset{Name: s.name, X: scaleBytes(pix), Y: y, Shape: []int{s.rows, s.cols, 1}, Classes: s.classes}, nil
+}
+
+// checkImages checks an images file's dimensions against the published
+// ones: n images of the set's rows and columns.
+func (s *idxSet) checkImages(imgPath string, dims []int, n int) error {
+	if len(dims) != 3 || dims[0] != n || dims[1] != s.rows || dims[2] != s.cols {
+		return fmt.Errorf("%s: images of dimensions %v, want [%d %d %d]", imgPath, dims, n, s.rows, s.cols)
+	}
+	return nil
+}
+
+// labels reads a labels file of n labels, each below the set's classes.
+func (s *idxSet) labels(lblPath string, lblFile remoteFile, n int) ([]int32, error) {
 	ldims, lbl, err := readIDXFile(lblPath, officialMD5(lblPath, lblFile))
 	if err != nil {
 		return nil, err
@@ -237,7 +382,7 @@ func (s *idxSet) decode(imgPath, lblPath string, imgFile, lblFile remoteFile, n 
 		}
 		y[i] = int32(l)
 	}
-	return &Dataset{Name: s.name, X: scaleBytes(pix), Y: y, Shape: []int{s.rows, s.cols, 1}, Classes: s.classes}, nil
+	return y, nil
 }
 
 // officialMD5 is f's checksum when path is the official (gzip) file; an

@@ -234,11 +234,11 @@ func readCIFARBatch(path string, sp Spec, s *Schema) (*Dataset, *Schema, error) 
 	if s != nil && !slices.Equal(shape, s.Shape) {
 		return nil, nil, fmt.Errorf("%s: CIFAR images of shape %v, the run's examples are %v", path, shape, s.Shape)
 	}
-	d := newCIFAR(n)
-	d.Name = filepath.Base(path)
-	if err := readCIFARFile(path, n, d.X, d.Y); err != nil {
+	d, err := readCIFARFile(path, n)
+	if err != nil {
 		return nil, nil, err
 	}
+	d.Name = filepath.Base(path)
 	declared := sp.Classes
 	if declared == nil && s == nil {
 		declared = indexNames(10)

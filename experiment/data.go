@@ -268,18 +268,24 @@ func newOwnSetup(c Config) (*Setup, error) {
 // NewServerSetup is the setup of a deployed server. Where the run
 // partitions a shared dataset, it is NewSetup's, keeping of the training
 // set only the held-out validation examples (and each client's partition
-// as indices, for the weight cap). Where the clients bring their own data,
+// as indices, for the weight cap): the dataset is read by data.LoadLabels,
+// and the validation examples alone by data.LoadExamples, so that the
+// server never holds the training set it does not train on. Where the clients bring their own data,
 // the server reads only test_data and validation_data, resolves the schema
 // (recorded in its Config, which the clients are sent), and needs the
 // clients' number and, for FedAvg weights, max_examples stated.
 func NewServerSetup(c Config) (*Setup, error) {
 	if !c.Own() {
-		su, err := NewSetup(c)
+		su, err := newSetup(c, data.LoadLabels)
 		if err != nil {
 			return nil, err
 		}
-		train := data.Subset(su.Data.Train, su.Validation)
+		train := data.Subset(su.Data.Train, nil)
 		if su.Validation != nil {
+			if train, err = data.LoadExamples(su.Config.Dataset, su.Config.dataOptions(), su.Validation); err != nil {
+				su.Close()
+				return nil, err
+			}
 			su.Validation = allOf(train)
 		}
 		su.Data = &data.Federated{Train: train, Test: su.Data.Test}

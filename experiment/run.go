@@ -148,7 +148,11 @@ type Setup struct {
 // Config has its partition and model resolved (ResolvePartition,
 // ResolveModel) and, where the clients bring their own data, its paths,
 // schema, clients and max_examples (ResolveData, newOwnSetup).
-func NewSetup(c Config) (*Setup, error) {
+func NewSetup(c Config) (*Setup, error) { return newSetup(c, data.Load) }
+
+// newSetup is NewSetup with the shared dataset read by load (data.Load, or
+// a server's data.LoadLabels).
+func newSetup(c Config, load func(string, data.Options) (*data.Federated, error)) (*Setup, error) {
 	c, _ = c.ResolvePartition()
 	c, _, err := c.ResolveData()
 	if err != nil {
@@ -163,7 +167,7 @@ func NewSetup(c Config) (*Setup, error) {
 	if c.Own() {
 		return newOwnSetup(c)
 	}
-	fed, err := data.Load(c.Dataset, data.Options{Dir: data.Dir(c.DataDir), Clients: c.Clients, Seed: c.Seed})
+	fed, err := load(c.Dataset, c.dataOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +176,11 @@ func NewSetup(c Config) (*Setup, error) {
 		return nil, err
 	}
 	return c.build(&Setup{Data: fed, Clients: clients, Validation: val}, fed.Train.Shape, fed.Train.Classes)
+}
+
+// dataOptions is how the run loads its shared dataset.
+func (c Config) dataOptions() data.Options {
+	return data.Options{Dir: data.Dir(c.DataDir), Clients: c.Clients, Seed: c.Seed}
 }
 
 // build completes su, whose data and clients are set, as the setup of c:

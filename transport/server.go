@@ -167,8 +167,8 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 			su.Close() // its external trainer, if it has one
 		}
 	}()
-	// A partitioned run's training set was read to partition it, and is
-	// garbage now: give it back rather than at the scavenger's pace.
+	// The evaluation set's file, read to decode it, is garbage now: give
+	// it back rather than at the scavenger's pace.
 	debug.FreeOSMemory()
 	tr, err := su.Worker()
 	if err != nil {

@@ -56,8 +56,10 @@ metrics.jsonl and summary.json as fedpq run.
 The run's settings are those of fedpq run, a YAML file (--config) and flags,
 but for the simulation's own (dropout, shuffle, data, client_column,
 workers), which the server refuses as flags.
-Where the run partitions a shared dataset, the server needs the dataset's
-test set (--data-dir) and each client holds its own partition. Where the
+Where the run partitions a shared dataset, the server reads the dataset's
+test set and training labels (--data-dir), not its training images (but
+the examples --validation holds out), and each client holds its own
+partition. Where the
 clients bring their own data (--test-data), the server reads only the
 evaluation set (and --validation-data), fixes the schema every client's data
 must fit (classes, shape, a CSV's columns) and sends it to the clients in the

@@ -26,7 +26,8 @@ const clientRSSLimit = 50e6
 // as NPZ files) and its test set; fedpq run on that directory learns
 // (above 85% in 3 rounds of 20 clients), and its exported model gives
 // PyTorch the same accuracy on test.npz; and a deployment of it runs with
-// a server process that reads only the test set and three client
+// a server process that reads only the test set (its peak before any
+// client joins within the test set, the model and 50 MB) and three client
 // processes that each read only their own file, each staying under 50 MB
 // resident at its peak.
 func TestOwnDataMNIST(t *testing.T) {
@@ -87,6 +88,7 @@ func TestOwnDataMNIST(t *testing.T) {
 		"--model", "mlp", "--lr", "0.1", "--rounds", "2", "--out", filepath.Join(t.TempDir(), "dep"), "--listen", addr,
 		"--token", "own", "--min-clients", "3", "--gather", "0s")
 	server.await(t, "listening on", time.Minute)
+	checkServerPeak(t, server, serverPeakLimit(mnistTestBytes, 25818))
 	var clients []*proc
 	for k := range 3 {
 		clients = append(clients, start(t, fmt.Sprintf("client %d", k), "client", "--server", addr, "--token", "own",
