@@ -9,6 +9,10 @@
 # so that their peaks do not add up on a small machine. It prints, per
 # process kind, the resident memory in the last round (VmRSS) and at the
 # peak (VmHWM), in MB: the mean, the largest and the sum over the clients.
+# It first reads the server's peak before any client joins, and fails if
+# it is above issue 34's bound: the test set it evaluates on (MNIST's
+# 10,000 images as float32, 30 MB), the model (mlp, 25,818 parameters)
+# and 50 MB (MB: 2^20 bytes, as below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?usage: scripts/deploy-memory.sh partition|own [N]}
@@ -41,6 +45,13 @@ until grep -q "listening on" "$tmp/server.log"; do
   kill -0 "$server" 2>/dev/null || { cat "$tmp/server.log" >&2; exit 1; }
   sleep 0.2
 done
+read -r _ hwm _ < <(grep VmHWM "/proc/$server/status") # kB
+limit=$(((10000 * 784 * 4 + 25818 * 4) / 1024 + 50 * 1024))
+echo "server before any client joined: $((hwm / 1024)) MB at its peak (at most $((limit / 1024)) MB)"
+if ((hwm > limit)); then
+  echo "the server's peak before any client joined is above the test set, the model and 50 MB" >&2
+  exit 1
+fi
 pids=()
 for ((k = 0; k < n; k++)); do
   # shellcheck disable=SC2046
@@ -58,7 +69,7 @@ sample() { # sets last[$2] to "VmHWM VmRSS" of process $1, if it runs
   local k v _ h=
   while read -r k v _; do
     case $k in VmHWM:) h=$v ;; VmRSS:) last[$2]="$h $v" && return ;; esac
-  done <"/proc/$1/status" 2>/dev/null || true
+  done 2>/dev/null <"/proc/$1/status" || true
 }
 declare -a last
 all=("$server" "${pids[@]}")
