@@ -11,8 +11,10 @@
 #   service.external.enabled        against  overlays/external
 #   clients.data.enabled            against  overlays/client-data
 # failing on any difference, and decodes each object strictly into the
-# Kubernetes API's Go types (scripts/kube-schema: no unknown field, no value
-# of the wrong type; an API server's own validation is not run). Then it checks that the chart refuses a run
+# Kubernetes API's Go types and checks each pod template against the
+# "restricted" Pod Security level with the admission's own library
+# (scripts/kube-schema: no unknown field, no value of the wrong type; an API
+# server's own validation is not run). Then it checks that the chart refuses a run
 # whose clients differ from clients.count, and renders 10,000 clients in
 # blocks of 1,000 and checks the arithmetic (10 pods, the memory rules).
 # Without kubectl (kustomize v4 or later) or python3-yaml it prints that it
@@ -48,7 +50,8 @@ overlays=$repo/deploy/kubernetes/overlays
 fail() { echo "helm test: FAILED: $*"; exit 1; }
 
 "$helm" lint --strict "$chart" || fail "helm lint --strict"
-# Every object decoded strictly into the API's Go types (scripts/kube-schema).
+# Every object decoded strictly into the API's Go types, every pod template
+# checked against the restricted Pod Security level (scripts/kube-schema).
 (cd "$repo/scripts/kube-schema" && CGO_ENABLED=0 go build -o "$work/kube-schema" .)
 # compare NAME KUSTOMIZE-DIR [helm template flags]: helm's and kustomize's objects.
 compare() {
@@ -59,7 +62,7 @@ compare() {
   out=$("$repo/scripts/manifest-diff.py" "$work/$name-kustomize.yaml" "$work/$name-helm.yaml") ||
     fail "$name: the chart ($*) and $(realpath --relative-to="$repo" "$dir") differ:"$'\n'"$out"
   local decoded
-  decoded=$("$work/kube-schema" < "$work/$name-kustomize.yaml") || fail "$name: not the API's types:"$'\n'"$decoded"
+  decoded=$("$work/kube-schema" < "$work/$name-kustomize.yaml") || fail "$name: not the API's types, or not restricted:"$'\n'"$decoded"
   echo "helm test: $name: $out as $(realpath --relative-to="$repo" "$dir"); ${decoded##*$'\n'kube-schema: }"
 }
 compare base "$repo/deploy/kubernetes/base"
@@ -91,4 +94,4 @@ want = (10, 10, ["--partition=0-9999/10000", "--block-size=1000"], "1529Mi", "19
 print(f"helm test: 10,000 clients in blocks of 1,000: {got}")
 sys.exit(got != want)
 PY
-echo "helm test: ok: helm lint --strict; the chart renders the base and its 4 overlays object for object, each object of the API's types; it refuses a run whose clients differ from clients.count; 10,000 clients: 10 pods, memory as the rules give"
+echo "helm test: ok: helm lint --strict; the chart renders the base and its 4 overlays object for object, each object of the API's types and each pod of the restricted level; it refuses a run whose clients differ from clients.count; 10,000 clients: 10 pods, memory as the rules give"

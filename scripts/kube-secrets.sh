@@ -13,8 +13,10 @@
 # Secrets fedpq-token, fedpq-tls (tls.crt, tls.key and ca.crt, the keys
 # Kubernetes' TLS Secrets and cert-manager use), fedpq-roster and
 # fedpq-client-keys (kubectl apply -f DIR/secrets.yaml -n NAMESPACE). FEDPQ
-# names the fedpq binary (default: fedpq on PATH). Keep DIR private: it holds
-# every client's key.
+# names the fedpq binary (default: fedpq on PATH). With FEDPQ_OWN_DATA=1 the
+# keys are named client-K.key, the names clients that bring their own data
+# (--data, overlays/client-data) look for. Keep DIR private: it holds every
+# client's key.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 DIR N [NAMESPACE [NAMES]]" >&2; exit 2; }
 dir=$1; n=$2; ns=${3:-default}; extra=${4:+,$4}
@@ -25,9 +27,11 @@ mkdir -p "$dir/keys"
 rm -f "$dir/tls/ca.pem" "$dir/tls/server.pem" "$dir/tls/server.key" # made anew, as the keys and the token
 "$fedpq" cert --names "fedpq-server,fedpq-server.$ns,fedpq-server.$ns.svc,fedpq-server.$ns.svc.cluster.local$extra" --out "$dir/tls" >/dev/null
 : > "$dir/roster.txt"
+rm -f "$dir"/keys/client-*.key
 for k in $(seq 0 $((n - 1))); do
-  rm -f "$dir/keys/client-$k-of-$n.key"
-  "$fedpq" keygen --client "$k" --key "$dir/keys/client-$k-of-$n.key" >> "$dir/roster.txt"
+  key=$dir/keys/client-$k-of-$n.key
+  [ "${FEDPQ_OWN_DATA:-}" = 1 ] && key=$dir/keys/client-$k.key
+  "$fedpq" keygen --client "$k" --key "$key" >> "$dir/roster.txt"
 done
 secret() { kubectl create secret generic "$@" --dry-run=client -o yaml; }
 {

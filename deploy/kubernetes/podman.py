@@ -2,7 +2,8 @@
 """Renders fedpq's Kubernetes manifests into what podman kube play runs.
 
     (kubectl kustomize deploy/kubernetes/base; echo ---; cat secrets.yaml) |
-        deploy/kubernetes/podman.py --secrets DIR [--service NAME=IP] [--only server|clients] [--rescheduled] > play.yaml
+        deploy/kubernetes/podman.py --secrets DIR [--service NAME=IP] [--claim NAME=DIR]
+            [--only server|clients] [--rescheduled] > play.yaml
 
 podman kube play runs Pods, Deployments, PersistentVolumeClaims (as named
 volumes), ConfigMaps and Secrets, but not Services or Jobs. This keeps the
@@ -34,6 +35,12 @@ that what runs under podman is the base itself, not a second copy of it:
   has no API server whose token a pod could mount, no network policy and no
   evictions (the test checks what they say against the API's schema
   instead, through helm lint and scripts/helm-test.sh).
+
+With --claim NAME=DIR a PersistentVolumeClaim NAME is DIR on the host: podman
+4.3 mounts a claim's whole volume and ignores a mount's subPath, so each
+mount of the claim becomes a hostPath volume of DIR/SUBPATH of its own (the
+claim itself is dropped), as the kubelet mounts a claim's subPath (the
+overlay client-data's directory per fleet index).
 
 With --secrets DIR it writes each Secret as DIR/NAME.json instead, for
 podman secret create NAME DIR/NAME.json (on a cluster, too, the Secrets
@@ -106,7 +113,7 @@ def adapt(spec):
             v["secret"].setdefault("optional", False)
 
 
-def job_pods(job):
+def job_pods(job, claims):
     spec = job["spec"]
     if spec.get("completionMode") != "Indexed":
         sys.exit(f"podman.py: Job {job['metadata']['name']}: only Indexed Jobs can be rendered as pods")
@@ -122,9 +129,27 @@ def job_pods(job):
             for m in c.get("volumeMounts", []):
                 if "subPathExpr" in m:  # the kubelet expands it from the pod's environment
                     m["subPath"] = re.sub(r"\$\(JOB_COMPLETION_INDEX\)", str(k), m.pop("subPathExpr"))
+        host_claims(spec_k, claims)
         meta = {"name": f"{job['metadata']['name']}-{k}", "labels": dict(tmpl.get("metadata", {}).get("labels", {}))}
         pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec_k})
     return pods
+
+
+def host_claims(spec, claims):
+    """Makes each mount of a claim in claims a hostPath volume of the claim's
+    directory and the mount's subPath."""
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for c in spec.get("containers", []):
+        for i, m in enumerate(c.get("volumeMounts", [])):
+            claim = volumes[m["name"]].get("persistentVolumeClaim", {}).get("claimName")
+            if claim not in claims:
+                continue
+            name = f"{m['name']}-{c['name']}-{i}"
+            path = os.path.join(claims[claim], m.pop("subPath", ""))
+            spec["volumes"].append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
+            m["name"] = name
+    used = {m["name"] for c in spec.get("containers", []) for m in c.get("volumeMounts", [])}
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] in used]
 
 
 def env_secrets(docs):
@@ -175,6 +200,7 @@ def main():
     if only not in (None, "server", "clients"):
         sys.exit("podman.py: --only server or --only clients")
     ips = dict(s.split("=", 1) for s in opt("--service"))
+    claims = dict(s.split("=", 1) for s in opt("--claim"))
     docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
     as_env = env_secrets(docs)
     services = {}
@@ -193,13 +219,16 @@ def main():
         if only == "clients" and kind != "Job" or only == "server" and kind == "Job":
             continue
         if kind == "Job":
-            pods = job_pods(doc)
+            pods = job_pods(doc, claims)
             for p in pods:
                 add_aliases(p["spec"], services)
             out.extend(pods)
             continue
+        if kind == "PersistentVolumeClaim" and doc["metadata"]["name"] in claims:
+            continue
         if pod_spec(doc):
             adapt(pod_spec(doc))
+            host_claims(pod_spec(doc), claims)
             add_aliases(pod_spec(doc), services)
         out.append(doc)
     # What pods mount first: podman resolves a pod's Secrets and ConfigMaps
