@@ -19,7 +19,8 @@ import (
 const fleetDescription = `
 Many clients in one process (a fleet): --partition A-B/N runs clients A to B
 of the run's N, --data DIR --clients A-B runs clients A to B of a directory
-that fedpq split wrote, client K reading DIR/client-K. Each client keeps its
+that fedpq split wrote, client K reading DIR/client-K (the directory may
+hold only the fleet's own clients' entries). Each client keeps its
 own identity key, randomness, state file and connection; they share the
 model, a shared dataset read once, and --workers models that train and
 encode in turn. The fleet logs a summary line every 10 s rather than a line
