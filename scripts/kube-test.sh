@@ -101,7 +101,31 @@ curl -fsS "http://$ip:9090/healthz" >/dev/null || fail "the server pod's /health
 curl -fsS "http://$ip:9090/readyz" >/dev/null || fail "the server pod's /readyz did not answer 200 while it ran"
 done_now=$(curl -fsS "http://$ip:9090/metrics" | awk '$1 == "fedpq_server_rounds_done" { print int($2) }')
 [ "${done_now:-0}" -ge 2 ] || fail "the server pod's /metrics says ${done_now:-no} rounds done, after round 2"
-echo "kube test: round 2 done, /healthz and /readyz 200, /metrics: $done_now rounds done; stopping the server's pod"
+echo "kube test: round 2 done, /healthz and /readyz 200, /metrics: $done_now rounds done"
+# What podman applied of the base's hardening and sizing: the memory limit,
+# a read-only root file system, the image's user, no capabilities, and
+# GOMEMLIMIT from the memory request (podman.py resolves it as the kubelet
+# would); and the memory each pod used, against its request.
+# want FILE: "LIMIT-BYTES GOMEMLIMIT" of the rendered pod in FILE.
+want() {
+  python3 -c 'import sys, yaml
+c = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] in ("Deployment", "Pod")][0]
+c = (c["spec"].get("template", c)["spec"])["containers"][0]
+q = c["resources"]["limits"]["memory"]
+assert q.endswith("Mi"), q
+print(int(q[:-2]) * 2**20, [e["value"] for e in c["env"] if e["name"] == "GOMEMLIMIT"][0])' "$1"
+}
+for c in "$server_pod-server:server.yaml" "fedpq-clients-0-client:clients.yaml"; do
+  name=${c%%:*}
+  read -r limit gomemlimit < <(want "${c#*:}")
+  got="$(podman inspect --format '{{.HostConfig.Memory}} {{.HostConfig.ReadonlyRootfs}} {{.Config.User}}' "$name") $(podman inspect --format '{{range .Config.Env}}{{println .}}{{end}}' "$name" | grep '^GOMEMLIMIT=' || true)"
+  [ "$got" = "$limit true 65532:65532 GOMEMLIMIT=$gomemlimit" ] ||
+    fail "$name: memory limit, read-only root, user, GOMEMLIMIT: $got, want $limit true 65532:65532 GOMEMLIMIT=$gomemlimit"
+  caps=$(podman inspect --format '{{.EffectiveCaps}}' "$name")
+  [ "$caps" = "[]" ] || fail "$name: capabilities $caps, want none"
+  echo "kube test: $name: memory limit $limit bytes, read-only root, uid 65532, no capabilities, GOMEMLIMIT=$gomemlimit; using $(podman stats --no-stream --format '{{.MemUsage}}' "$name")"
+done
+echo "kube test: stopping the server's pod"
 podman pod stop -t 30 "$server_pod" >/dev/null
 logs server-1.log
 code=$(podman inspect --format '{{.State.ExitCode}}' "$server_pod-server")

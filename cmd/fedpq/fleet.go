@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,7 +19,8 @@ import (
 const fleetDescription = `
 Many clients in one process (a fleet): --partition A-B/N runs clients A to B
 of the run's N, --data DIR --clients A-B runs clients A to B of a directory
-that fedpq split wrote, client K reading DIR/client-K. Each client keeps its
+that fedpq split wrote, client K reading DIR/client-K (the directory may
+hold only the fleet's own clients' entries). Each client keeps its
 own identity key, randomness, state file and connection; they share the
 model, a shared dataset read once, and --workers models that train and
 encode in turn. The fleet logs a summary line every 10 s rather than a line
@@ -111,14 +113,11 @@ type fleetFiles struct {
 func runFleet(ctx context.Context, base transport.ClientConfig, ids []int, files fleetFiles, workers int, stdout, stderr io.Writer) error {
 	logger := log.New(stderr, fmt.Sprintf("fedpq fleet %d-%d: ", ids[0], ids[len(ids)-1]), log.LstdFlags)
 	checkFileLimit(len(ids), logger)
-	var paths []string
+	var paths map[int]string
 	if files.dir != "" {
 		var err error
-		if paths, err = data.ClientPaths(files.dir); err != nil {
+		if paths, err = fleetDataPaths(files.dir, ids); err != nil {
 			return badValue{err}
-		}
-		if last := ids[len(ids)-1]; last >= len(paths) {
-			return badValue{fmt.Errorf("--clients %d-%d: %s holds clients 0 to %d", ids[0], last, files.dir, len(paths)-1)}
 		}
 	}
 	var seed uint64
@@ -187,4 +186,36 @@ func orDefault(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// fleetDataPaths finds each of a fleet's clients' datasets in dir: the
+// entry client-K (with an extension or not, as fedpq split names them) of
+// each of its ids. The directory may hold every client's data or only the
+// fleet's own, such as a Kubernetes pod's directory of its block
+// (deploy/kubernetes/overlays/client-data).
+func fleetDataPaths(dir string, ids []int) (map[int]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	byK := map[int]string{}
+	for _, e := range entries {
+		k, ok := data.ClientNumber(e.Name())
+		if !ok {
+			continue
+		}
+		if prev, dup := byK[k]; dup {
+			return nil, fmt.Errorf("data: %s: client %d is both %s and %s", dir, k, prev, e.Name())
+		}
+		byK[k] = e.Name()
+	}
+	paths := make(map[int]string, len(ids))
+	for _, k := range ids {
+		name, ok := byK[k]
+		if !ok {
+			return nil, fmt.Errorf("--clients %d-%d: %s has no client-%d (%d clients' entries)", ids[0], ids[len(ids)-1], dir, k, len(byK))
+		}
+		paths[k] = filepath.Join(dir, name)
+	}
+	return paths, nil
 }
