@@ -21,7 +21,7 @@
 #      starved  a fleet of 16 clients with one CPU thread (GOMAXPROCS=1,
 #               what a CPU limit of one core gives Go) and 4 trainers:
 #               FedpqFleetCPUStarved.
-#   3. The dashboard's 20 queries against that Prometheus, each non-empty.
+#   3. The dashboard's 19 queries against that Prometheus, each non-empty.
 #   4. Chromium's screenshot and DOM of the dp run's page mid-run.
 # Without prometheus, promtool, chromium or curl it prints that it skipped
 # and exits 0; with CI set it fails instead.
