@@ -55,7 +55,7 @@ func NewClientMetrics() *ClientMetrics {
 	m.training = f.histogram("training_seconds", "Local training time of a round; in a fleet, with the wait for a free one of its --workers trainers.")
 	m.encoding = f.histogram("encoding_seconds", "Time to encode a round's update with the mechanism.")
 	m.wire = newWireStats(f)
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

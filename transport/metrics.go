@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fedpq/fedpq/privacy"
+	"github.com/fedpq/fedpq/report"
 )
 
 // What a server and a process of clients expose to Prometheus (fedpq
@@ -41,6 +42,15 @@ type ServerMetrics struct {
 	delta, finished              prometheus.Gauge
 	wire                         *wireStats
 	serving, over                atomic.Bool
+
+	// For the alerts (deploy/prometheus) and the live page (page.go).
+	userEps                     *prometheus.GaugeVec
+	userDelta, target, accuracy *prometheus.GaugeVec // no labels: absent until known
+	deadline                    *prometheus.GaugeVec // no labels: absent before the first round
+	roundTimeout                prometheus.Gauge
+	roundClients, roundUploads  prometheus.Gauge
+	chosen                      prometheus.Counter
+	live                        live
 }
 
 // Join refusals, by what the refusal's gRPC code says: the client is not
@@ -82,7 +92,18 @@ func NewServerMetrics() *ServerMetrics {
 	m.delta = f.gauge("epsilon_delta", "The ledger's delta, at which fedpq_server_epsilon holds.")
 	m.finished = f.gauge("run_finished", "1 once the run's last round is done and the clients are told.")
 	m.wire = newWireStats(f)
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.userEps = f.gaugeVec("user_epsilon", "User-level privacy spent so far over the whole run by the client in the most rounds, every round it took part in as one guarantee, as seen by observer: model (whoever gets the models), server, eavesdropper; at delta fedpq_server_user_delta. Absent where the run states no user-level guarantee against that observer (yet: DP-FedAvg states it at evaluated rounds).", "observer")
+	m.userDelta = f.gaugeVec("user_delta", "The delta at which fedpq_server_user_epsilon{observer=\"model\"} holds.")
+	m.target = f.gaugeVec("user_epsilon_target", "The run's user-level privacy budget against whoever gets the models (target_epsilon): the run stops before a round that would pass it. Absent without one.")
+	m.accuracy = f.gaugeVec("accuracy", "Test accuracy (0 to 1) of the global model at the last evaluated round: whether the run still learns. Absent before the first evaluation.")
+	m.deadline = f.gaugeVec("round_deadline_timestamp_seconds", "Unix time of the deadline of the round under way, or of the last one begun: a run not finished and well past it is stalled (no round ends, or none begins).")
+	m.roundTimeout = f.gauge("round_timeout_seconds", "A round's deadline after it starts (--round-timeout): the scale of how late a stalled run is.")
+	m.roundClients = f.gauge("round_clients", "Clients chosen for the round under way, or the last one begun: the uploads it expects.")
+	m.roundUploads = f.gauge("round_uploads", "Uploads counted so far in the round under way, or the last one begun: against fedpq_server_round_clients.")
+	m.chosen = f.counter("chosen_total", "Clients chosen for the rounds completed, counted at completion: fedpq_server_dropouts_total over it is the fraction of expected uploads missing.")
+	m.live.init()
+	m.reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -102,20 +123,29 @@ func (m *ServerMetrics) Ready() error {
 	return nil
 }
 
-// loaded records a run about to be served, done rounds into it.
-func (m *ServerMetrics) loaded(rounds, done int, l *privacy.Ledger) {
+// loaded records a run about to be served, done rounds into it, with its
+// user-level budget target (0: none) and its rounds' timeout.
+func (m *ServerMetrics) loaded(rounds, done int, l *privacy.Ledger, target float64, timeout time.Duration) {
 	if m == nil {
 		return
 	}
 	m.runRounds.Set(float64(rounds))
 	m.roundsDone.Set(float64(done))
 	m.round.Set(float64(done))
+	if target > 0 {
+		m.target.WithLabelValues().Set(target)
+	}
+	if timeout > 0 {
+		m.roundTimeout.Set(timeout.Seconds())
+	}
 	m.ledger(l)
+	m.live.loaded(rounds, done, target, timeout)
 }
 
 func (m *ServerMetrics) setServing(on bool) {
 	if m != nil {
 		m.serving.Store(on)
+		m.live.setServing(on)
 	}
 }
 
@@ -133,23 +163,50 @@ func (m *ServerMetrics) ledger(l *privacy.Ledger) {
 		}
 		m.epsilon.WithLabelValues(observer).Set(s.UploadOptimal.Eps)
 	}
-}
-
-func (m *ServerMetrics) begin(t int) {
-	if m != nil {
-		m.round.Set(float64(t))
+	m.live.ledger(l)
+	// A ledger without a user-level entry (DP-FedAvg's rounds that are not
+	// evaluated) leaves the last one standing: it is still what was spent.
+	if u := l.User; u != nil {
+		for observer, b := range map[string]*privacy.Bound{"model": u.Model, "server": u.Server, "eavesdropper": u.Eavesdropper} {
+			if b == nil {
+				m.userEps.DeleteLabelValues(observer)
+				continue
+			}
+			m.userEps.WithLabelValues(observer).Set(b.Eps)
+		}
+		if u.Model != nil {
+			m.userDelta.WithLabelValues().Set(u.Model.Delta)
+		}
 	}
 }
 
-// completed records a round checkpointed, with the clients it did not count.
-func (m *ServerMetrics) completed(done, dropped int, l *privacy.Ledger) {
+// begin records round t begun, with the clients chosen for it and its
+// deadline.
+func (m *ServerMetrics) begin(t, chosen int, deadline time.Time) {
+	if m == nil {
+		return
+	}
+	m.round.Set(float64(t))
+	m.roundClients.Set(float64(chosen))
+	m.roundUploads.Set(0)
+	m.deadline.WithLabelValues().Set(float64(deadline.UnixNano()) / 1e9)
+	m.live.begin(t, chosen, deadline)
+}
+
+// completed records round r checkpointed, done rounds of the run done.
+func (m *ServerMetrics) completed(done int, r *report.Round) {
 	if m == nil {
 		return
 	}
 	m.roundsCompleted.Inc()
 	m.roundsDone.Set(float64(done))
-	m.dropouts.Add(float64(dropped))
-	m.ledger(l)
+	m.dropouts.Add(float64(r.Dropped))
+	m.chosen.Add(float64(r.Clients + r.Dropped))
+	if r.Accuracy != nil {
+		m.accuracy.WithLabelValues().Set(*r.Accuracy)
+	}
+	m.ledger(r.Privacy)
+	m.live.completed(done, r)
 }
 
 func (m *ServerMetrics) observe(phase string, d time.Duration) {
@@ -161,6 +218,8 @@ func (m *ServerMetrics) observe(phase string, d time.Duration) {
 func (m *ServerMetrics) uploaded() {
 	if m != nil {
 		m.uploads.Inc()
+		m.roundUploads.Inc()
+		m.live.uploaded()
 	}
 }
 
@@ -178,12 +237,14 @@ func (m *ServerMetrics) refusedJoin(err error) {
 	}
 	if r, ok := joinReasons[status.Code(err)]; ok {
 		m.joinRefusals.WithLabelValues(r).Inc()
+		m.live.refused()
 	}
 }
 
 func (m *ServerMetrics) refusedMessage(msg proto.Message) {
 	if m != nil {
 		m.refused.WithLabelValues(kind(msg)).Inc()
+		m.live.refused()
 	}
 }
 
@@ -192,6 +253,7 @@ func (m *ServerMetrics) clients(connected, joined int) {
 	if m != nil {
 		m.connected.Set(float64(connected))
 		m.joined.Set(float64(joined))
+		m.live.clients(connected, joined)
 	}
 }
 
@@ -199,6 +261,7 @@ func (m *ServerMetrics) runFinished() {
 	if m != nil {
 		m.finished.Set(1)
 		m.over.Store(true)
+		m.live.finished()
 	}
 }
 
@@ -208,7 +271,7 @@ func (m *ServerMetrics) runFinished() {
 // done, as they did when it ended.
 func (m *ServerMetrics) FoundFinished(rounds, done int) {
 	if m != nil {
-		m.loaded(rounds, done, nil)
+		m.loaded(rounds, done, nil, 0, 0)
 		m.runFinished()
 	}
 }
@@ -253,8 +316,10 @@ func (f factory) counterVec(name, help, label string) *prometheus.CounterVec {
 	return c
 }
 
-func (f factory) gaugeVec(name, help, label string) *prometheus.GaugeVec {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: f.prefix + name, Help: help}, []string{label})
+// gaugeVec makes a gauge by label, or with no label a gauge that is
+// absent until set (WithLabelValues()).
+func (f factory) gaugeVec(name, help string, label ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: f.prefix + name, Help: help}, label)
 	f.reg.MustRegister(g)
 	return g
 }

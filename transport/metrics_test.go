@@ -186,6 +186,9 @@ func TestMetrics(t *testing.T) {
 		"fedpq_server_connected_clients":                       0,
 		"fedpq_server_declines_total":                          0,
 		"fedpq_server_dropouts_total":                          0,
+		"fedpq_server_chosen_total":                            8,
+		"fedpq_server_round_clients":                           4,
+		"fedpq_server_round_uploads":                           4,
 		`fedpq_server_join_refusals_total{reason="denied"}`:    2, // the raw session's and the failed client's
 		`fedpq_server_join_refusals_total{reason="invalid"}`:   1,
 		`fedpq_server_join_refusals_total{reason="timeout"}`:   0,
@@ -223,7 +226,10 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present: %v), want %v", name, got, ok, want)
 		}
 	}
-	for _, name := range []string{`fedpq_server_received_bytes_total{kind="upload"}`, `fedpq_server_sent_bytes_total{kind="round_start"}`, "process_resident_memory_bytes"} {
+	if _, page := get(t, srvURL+"/"); !strings.Contains(page, `id="done">2 of 2<`) || !strings.Contains(page, `id="status">finished<`) {
+		t.Errorf("the live page of the finished run: %s", page)
+	}
+	for _, name := range []string{`fedpq_server_received_bytes_total{kind="upload"}`, "fedpq_server_round_deadline_timestamp_seconds", "fedpq_server_round_timeout_seconds", `fedpq_server_sent_bytes_total{kind="round_start"}`, "process_resident_memory_bytes"} {
 		if s[name] <= 0 {
 			t.Errorf("%s = %v, want more than 0", name, s[name])
 		}

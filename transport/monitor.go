@@ -15,6 +15,7 @@ import (
 // Monitor serves a process's metrics and health over HTTP, beside its
 // gRPC service, for Prometheus and for an orchestrator's probes:
 //
+//	/         a server's live page of its run (page.go)
 //	/metrics  the metrics, in Prometheus's text format
 //	/healthz  liveness: 200 while the process answers at all
 //	/readyz   readiness: 200 while ready says nil, else 503 and why
@@ -42,6 +43,11 @@ func ServeMonitor(addr string, m Monitored) (*Monitor, error) {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	mux := http.NewServeMux()
+	if p, ok := m.(interface {
+		servePage(http.ResponseWriter, *http.Request)
+	}); ok {
+		mux.HandleFunc("GET /{$}", p.servePage)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {

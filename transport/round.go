@@ -256,7 +256,7 @@ func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time)
 		s.mu.Unlock()
 		return report.Round{}, nil, err
 	}
-	s.cfg.Metrics.begin(t)
+	s.cfg.Metrics.begin(t, len(plan.Clients), deadline)
 	rd := newServerRound(plan)
 	rd.phases.last, rd.phases.metrics = begun, s.cfg.Metrics
 	rd.phases.mark("gather")

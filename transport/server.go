@@ -244,7 +244,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg.Metrics.loaded(eng.Rounds(), eng.Done(), l)
+		cfg.Metrics.loaded(eng.Rounds(), eng.Done(), l, c.TargetEpsilon, cfg.RoundTimeout)
 	}
 	return s, nil
 }
@@ -457,7 +457,7 @@ func (s *Server) run(ctx context.Context) error {
 		}
 		err = s.rec.Round(r)
 		took.mark("checkpoint")
-		s.cfg.Metrics.completed(s.eng.Done(), r.Dropped, r.Privacy)
+		s.cfg.Metrics.completed(s.eng.Done(), &r)
 		if err != nil {
 			// The round is done and the engine has moved on; losing its
 			// record or checkpoint should not lose the run.
