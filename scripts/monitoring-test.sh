@@ -161,7 +161,11 @@ await 60 "Prometheus" curl -sf "http://$prom/-/ready"
 await 60 "the dp run's server" curl -sf "127.0.0.1:$(port 1)/readyz"
 
 # 12 clients with a wrong token against dp, at once: each is refused for
-# good (after preparing its data and model, seconds at nice 19 here).
+# good (after preparing its data and model, seconds at nice 19 here). Not
+# before Prometheus has the server's refusals at 0: a counter first scraped
+# at 12 has no increase (a run here on a loaded machine missed the alert so).
+scraped() { [ "$(value 'fedpq_server_join_refusals_total{run="dp",reason="denied"}')" = 0 ]; }
+await 60 "a scrape of the dp run's refusals" scraped
 for k in $(seq 12); do
   XDG_CONFIG_HOME=$work/wrong-config "$fedpq" client --server "127.0.0.1:$(port 0)" --partition 0/3 \
     --token wrong >"$work/wrong-$k.log" 2>&1 &
