@@ -35,19 +35,29 @@
 #      directory.
 # Without containerd, runc, the CNI plugins, podman, kubectl, openssl or curl,
 # or not as root, it prints that it skipped and exits 0.
+# With --validate it builds and starts etcd and kube-apiserver only, and does
+# step 1.
 # Environment: FEDPQ_KUBE_BIN (the binaries' cache), FEDPQ_KUBE_KEEP=1 (leave
 # the cluster's directory, its logs, after the run), FEDPQ_KUBE_BASES (more
 # kustomize directories to dry-run, e.g. another checkout's base).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+validate_only=0
+case "${1:-}" in
+  --validate) validate_only=1 ;; # etcd and kube-apiserver only, and step 1
+  "") ;;
+  *) echo "usage: $0 [--validate]" >&2; exit 2 ;;
+esac
 say() { echo "kube cluster: $*"; }
 if [ "$(id -u)" != 0 ]; then say "SKIPPED: needs root (containerd, a kubelet, iptables)"; exit 0; fi
-for c in containerd ctr runc podman kubectl openssl curl iptables ip go python3; do
+needed="kubectl openssl curl go python3 ip"
+[ $validate_only = 1 ] || needed="$needed containerd ctr runc podman iptables"
+for c in $needed; do
   command -v $c >/dev/null || { say "SKIPPED: $c is not installed (apt-get install containerd runc containernetworking-plugins podman iptables curl openssl, and kubectl 1.21 or later)"; exit 0; }
 done
 cni_bin=/usr/lib/cni
 for p in bridge host-local loopback portmap; do
-  [ -x $cni_bin/$p ] || { say "SKIPPED: the CNI plugin $cni_bin/$p is missing (apt-get install containernetworking-plugins)"; exit 0; }
+  [ $validate_only = 1 ] || [ -x $cni_bin/$p ] || { say "SKIPPED: the CNI plugin $cni_bin/$p is missing (apt-get install containernetworking-plugins)"; exit 0; }
 done
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/deploy/podman/containers.conf}
 t0=$(date +%s)
@@ -68,7 +78,9 @@ ldflags=""
 for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
   ldflags="$ldflags -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37 -X $pkg.gitTreeState=clean"
 done
-for t in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
+tools="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
+[ $validate_only = 1 ] && tools=kube-apiserver
+for t in $tools; do
   if [ ! -x "$bin/$t" ]; then
     say "building $t (k8s.io/kubernetes $kube_version, $cp/kube/go.mod) into $bin: minutes"
     (cd "$cp/kube" && go build -ldflags "$ldflags" -o "$bin/$t.new" "k8s.io/kubernetes/cmd/$t") && mv "$bin/$t.new" "$bin/$t"
@@ -143,7 +155,9 @@ fail() {
   for l in "$work"/logs/*.log; do echo "--- $l"; tail -n 8 "$l"; done
   exit 1
 }
-# until SECONDS WHAT CMD...: CMD until it succeeds, or fail with WHAT.
+# until SECONDS WHAT CMD...: CMD until it succeeds, or fail with WHAT. A
+# condition that reads the cluster is a function (cond), so that it is read
+# anew on each try.
 until_ok() {
   local s=$1 what=$2; shift 2
   for _ in $(seq $((s * 2))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
@@ -172,12 +186,16 @@ kubectl config --kubeconfig "$work/kubeconfig" set-cluster local --server https:
 kubectl config --kubeconfig "$work/kubeconfig" set-credentials admin --token "$token" >/dev/null
 kubectl config --kubeconfig "$work/kubeconfig" set-context local --cluster local --user admin >/dev/null
 kubectl config --kubeconfig "$work/kubeconfig" use-context local >/dev/null
+say "etcd and kube-apiserver ready ($(elapsed)): $(kc version -o json 2>/dev/null | python3 -c 'import json,sys; print("server", json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
+if [ $validate_only = 1 ]; then
+  kc create namespace $ns >/dev/null
+else
 start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$work/kubeconfig" \
   --service-account-private-key-file "$work/sa.key" --root-ca-file "$work/pki/apiserver.crt" \
   --leader-elect=false --bind-address 127.0.0.1 --secure-port $kcm_port
 start kube-scheduler "$bin/kube-scheduler" --kubeconfig "$work/kubeconfig" --leader-elect=false \
   --bind-address 127.0.0.1 --secure-port $sched_port
-say "etcd, kube-apiserver, kube-controller-manager and kube-scheduler started ($(elapsed)): $(kc version -o json | python3 -c 'import json,sys; print("server", json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
+say "kube-controller-manager and kube-scheduler started ($(elapsed))"
 
 # --- containerd, its images, CNI ---------------------------------------------------
 mkdir -p "$work/containerd" "$work/cni/net.d" "$work/cni/ipam" "$work/images"
@@ -270,10 +288,12 @@ until_ok 180 "the node $node did not become Ready" kc wait --for=condition=Ready
 say "node $node Ready: $(kc get node $node -o jsonpath='{.status.nodeInfo.kubeletVersion} on {.status.nodeInfo.containerRuntimeVersion}, cpu {.status.allocatable.cpu}, memory {.status.allocatable.memory}') ($(elapsed))"
 until_ok 60 "kube-proxy's /healthz did not answer" curl -fsS http://127.0.0.1:$proxy_healthz/healthz
 
-# --- 1. every overlay, server-side, dry run ----------------------------------------------
 kc create namespace $ns >/dev/null
-kc create namespace fedpq-dry-run >/dev/null
 until_ok 60 "the namespace $ns has no default ServiceAccount" kc get serviceaccount default -n $ns
+fi
+
+# --- 1. every overlay, server-side, dry run ----------------------------------------------
+kc create namespace fedpq-dry-run >/dev/null
 dry_failed=0
 for d in "$repo/deploy/kubernetes/base" "$repo"/deploy/kubernetes/overlays/*/ ${FEDPQ_KUBE_BASES:-}; do
   d=${d%/}; name=${d#"$repo"/}
@@ -287,6 +307,7 @@ for d in "$repo/deploy/kubernetes/base" "$repo"/deploy/kubernetes/overlays/*/ ${
   fi
 done
 [ $dry_failed = 0 ] || fail "the API server rejected an overlay (above)"
+if [ $validate_only = 1 ]; then say "ok: every overlay accepted by kube-apiserver $kube_version, server-side ($(elapsed))"; exit 0; fi
 
 # --- 2. the test overlay, for real -------------------------------------------------------------
 (cd "$repo" && go build -o "$work/fedpq" ./cmd/fedpq)
@@ -320,14 +341,14 @@ applied=$(date +%s)
 
 jp() { kc get -n $ns "$1" -o jsonpath="$2"; }
 pods_of() { kc get pods -n $ns -l "app.kubernetes.io/name=$1" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'; }
-until_ok 60 "the claim fedpq-run was not bound" test "$(jp pvc/fedpq-run '{.status.phase}')" = Bound
+cond() { test "$(jp pvc/fedpq-run '{.status.phase}')" = Bound; }; until_ok 60 "the claim fedpq-run was not bound" cond
 say "claim fedpq-run Bound to $(jp pvc/fedpq-run '{.spec.volumeName}') ($(jp pvc/fedpq-run '{.status.capacity.storage}'), $(jp pvc/fedpq-run '{.spec.accessModes[0]}'))"
-until_ok 120 "the Deployment's pod did not start" test -n "$(pods_of fedpq-server)"
+cond() { test -n "$(pods_of fedpq-server)"; }; until_ok 120 "the Deployment's pod did not start" cond
 server_pod=$(pods_of fedpq-server)
 rs=$(kc get pod -n $ns "$server_pod" -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}')
 [ "$(jp "$rs" '{.metadata.ownerReferences[0].name}')" = fedpq-server ] || fail "the server pod's $rs is not owned by the Deployment fedpq-server"
 say "Deployment fedpq-server -> $rs -> pod $server_pod (strategy $(jp deploy/fedpq-server '{.spec.strategy.type}'))"
-until_ok 120 "the Job made no 2 pods" test "$(pods_of fedpq-client | wc -l)" = 2
+cond() { test "$(pods_of fedpq-client | wc -l)" = 2; }; until_ok 120 "the Job made no 2 pods" cond
 indices=""
 for p in $(pods_of fedpq-client); do
   i=$(kc get pod -n $ns "$p" -o jsonpath='{.metadata.annotations.batch\.kubernetes\.io/job-completion-index}')
@@ -343,13 +364,13 @@ until_ok 180 "the server pod was not Ready" kc wait -n $ns --for=condition=Ready
 server_ip=$(kc get pod -n $ns "$server_pod" -o jsonpath='{.status.podIP}')
 say "server pod Ready at $server_ip $(( $(date +%s) - applied )) s after the apply; Service fedpq-server: ClusterIP $(jp svc/fedpq-server '{.spec.clusterIP}')"
 ready_endpoints() { kc get endpointslices -n $ns -l kubernetes.io/service-name=fedpq-server -o jsonpath='{range .items[*].endpoints[?(@.conditions.ready==true)]}{.addresses[0]}{" "}{end}'; }
-until_ok 30 "the Service's EndpointSlice does not hold the ready server pod" grep -q "$server_ip" <<<"$(ready_endpoints)"
+cond() { grep -q "$server_ip" <<<"$(ready_endpoints)"; }; until_ok 30 "the Service's EndpointSlice does not hold the ready server pod" cond
 say "EndpointSlice of fedpq-server: ready endpoints $(ready_endpoints)"
 
 # --- 3. the run ------------------------------------------------------------------------------------
 rounds=8 clients=5
 logs_of() { kc logs -n $ns "$@" 2>/dev/null || true; }
-until_ok 300 "the server did not finish round 2 in 5 minutes" grep -q "round 2 done" <<<"$(logs_of "$server_pod")"
+cond() { grep -q "round 2 done" <<<"$(logs_of "$server_pod")"; }; until_ok 300 "the server did not finish round 2 in 5 minutes" cond
 http() { curl -s -o /dev/null -w '%{http_code}' "http://$1:9090/$2"; }
 [ "$(http $cluster_ip healthz)" = 200 ] || fail "/healthz through the ClusterIP answered $(http $cluster_ip healthz)"
 [ "$(http $cluster_ip readyz)" = 200 ] || fail "/readyz through the ClusterIP answered $(http $cluster_ip readyz)"
@@ -359,10 +380,10 @@ say "round 2 done; through the ClusterIP $cluster_ip (kube-proxy): /healthz 200,
 # 3a. The server's process killed: the kubelet restarts the container in the same pod.
 cid=$(kc get pod -n $ns "$server_pod" -o jsonpath='{.status.containerStatuses[0].containerID}'); cid=${cid#containerd://}
 ctrc tasks kill -s SIGKILL "$cid" >/dev/null
-until_ok 120 "the kubelet did not restart the killed server container" test "$(kc get pod -n $ns "$server_pod" -o jsonpath='{.status.containerStatuses[0].restartCount}')" -ge 1
+cond() { test "$(kc get pod -n $ns "$server_pod" -o jsonpath='{.status.containerStatuses[0].restartCount}')" -ge 1; }; until_ok 120 "the kubelet did not restart the killed server container" cond
 last=$(kc get pod -n $ns "$server_pod" -o jsonpath='{.status.containerStatuses[0].lastState.terminated.exitCode} {.status.containerStatuses[0].lastState.terminated.reason}')
 killed_at=$(logs_of "$server_pod" --previous | sed -n 's/.*round \([0-9]*\) done.*/\1/p' | tail -n 1)
-until_ok 120 "the restarted server did not resume" grep -q "resuming .* after round" <<<"$(logs_of "$server_pod")"
+cond() { grep -q "resuming .* after round" <<<"$(logs_of "$server_pod")"; }; until_ok 120 "the restarted server did not resume" cond
 resumed=$(logs_of "$server_pod" | grep -m1 "resuming .* after round")
 say "server process killed (SIGKILL) after round $killed_at: container exit $last, restarted by the kubelet (restartCount $(kc get pod -n $ns "$server_pod" -o jsonpath='{.status.containerStatuses[0].restartCount}')): ${resumed#fedpq server: }"
 grep -q "after round $killed_at " <<<"$resumed" || fail "the restarted server resumed elsewhere than after round $killed_at (its last checkpointed round)"
@@ -373,11 +394,11 @@ c1=$(kc get pods -n $ns -l app.kubernetes.io/name=fedpq-client -o jsonpath='{ran
 ccid=$(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].containerID}'); ccid=${ccid#containerd://}
 ctrc tasks kill -s SIGKILL "$ccid" >/dev/null
 if [ "$policy" = Never ]; then
-  until_ok 120 "the Job did not replace the failed pod of index 1" test "$(kc get pods -n $ns -l app.kubernetes.io/name=fedpq-client,batch.kubernetes.io/job-completion-index=1 --field-selector=status.phase!=Failed -o name | wc -l)" = 1
+  cond() { test "$(kc get pods -n $ns -l app.kubernetes.io/name=fedpq-client,batch.kubernetes.io/job-completion-index=1 --field-selector=status.phase!=Failed -o name | wc -l)" = 1; }; until_ok 120 "the Job did not replace the failed pod of index 1" cond
   c1new=$(kc get pods -n $ns -l app.kubernetes.io/name=fedpq-client,batch.kubernetes.io/job-completion-index=1 --field-selector=status.phase!=Failed -o jsonpath='{.items[0].metadata.name}')
   say "client pod $c1 (index 1) killed: the Job made $c1new for index 1 (failure count $(kc get pod -n $ns "$c1new" -o jsonpath='{.metadata.annotations.batch\.kubernetes\.io/job-index-failure-count}') of backoffLimitPerIndex $(jp job/fedpq-clients '{.spec.backoffLimitPerIndex}'))"
 else
-  until_ok 120 "the kubelet did not restart the killed client container" test "$(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].restartCount}')" -ge 1
+  cond() { test "$(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].restartCount}')" -ge 1; }; until_ok 120 "the kubelet did not restart the killed client container" cond
   say "client pod $c1 (index 1) killed: restartPolicy $policy, the kubelet restarted its container (restartCount $(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].restartCount}'), last exit $(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].lastState.terminated.exitCode}'))"
 fi
 
@@ -385,19 +406,19 @@ fi
 logs_of "$server_pod" > "$work/server-1.log"
 kc logs -n $ns -f "$server_pod" > "$work/server-1-follow.log" 2>&1 &
 follow=$!
-until_ok 300 "the server did not finish another round after the restart" test "$(logs_of "$server_pod" | grep -c ' done: ')" -ge 1
+cond() { test "$(logs_of "$server_pod" | grep -c ' done: ')" -ge 1; }; until_ok 300 "the server did not finish another round after the restart" cond
 kc delete pod -n $ns "$server_pod" --wait=true --timeout=120s >/dev/null
 wait $follow 2>/dev/null || true
 stopped_line=$(grep -m1 "told to stop: stopping after round" "$work/server-1-follow.log" || true)
 [ -n "$stopped_line" ] || fail "the deleted server pod did not say where it stopped (log: $(tail -n 3 "$work/server-1-follow.log"))"
 stopped_at=$(sed -n 's/.*stopping after round \([0-9]*\) of.*/\1/p' <<<"$stopped_line")
-until_ok 120 "the Deployment did not make a new server pod" test -n "$(pods_of fedpq-server | grep -v "^$server_pod\$")"
+cond() { test -n "$(pods_of fedpq-server | grep -v "^$server_pod\$")"; }; until_ok 120 "the Deployment did not make a new server pod" cond
 server_pod2=$(pods_of fedpq-server | grep -v "^$server_pod\$" | head -n 1)
-until_ok 180 "the new server pod did not resume" grep -q "resuming .* after round $stopped_at " <<<"$(logs_of "$server_pod2")"
+cond() { grep -q "resuming .* after round $stopped_at " <<<"$(logs_of "$server_pod2")"; }; until_ok 180 "the new server pod did not resume" cond
 say "server pod $server_pod deleted after round $stopped_at (SIGTERM: ${stopped_line#*told to stop: }); the Deployment made $server_pod2: $(logs_of "$server_pod2" | grep -m1 resuming | sed 's/^fedpq server: //')"
 
 # 3d. The end of the run.
-until_ok 600 "the run did not finish in 10 minutes" grep -q "run finished after $rounds rounds" <<<"$(logs_of "$server_pod2")"
+cond() { grep -q "run finished after $rounds rounds" <<<"$(logs_of "$server_pod2")"; }; until_ok 600 "the run did not finish in 10 minutes" cond
 until_ok 180 "the Job did not complete" kc wait -n $ns --for=condition=Complete job/fedpq-clients --timeout=2s
 runlog=$work/volumes/fedpq-run/run/metrics.jsonl
 [ -f "$runlog" ] || fail "no metrics.jsonl on the volume ($runlog)"
@@ -412,8 +433,8 @@ done
 
 # 3e. The finished server lingers: live (no restart by liveness), not ready, out of the endpoints.
 restarts=$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.containerStatuses[0].restartCount}')
-until_ok 60 "the finished server pod stayed Ready" test "$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False
-until_ok 30 "the Service's EndpointSlice still lists the finished server as ready" test -z "$(ready_endpoints)"
+cond() { test "$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False; }; until_ok 60 "the finished server pod stayed Ready" cond
+cond() { test -z "$(ready_endpoints)"; }; until_ok 30 "the Service's EndpointSlice still lists the finished server as ready" cond
 sleep 35 # three liveness periods of 10 s
 [ "$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.phase}')" = Running ] || fail "the finished server pod is not Running"
 [ "$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = "$restarts" ] || fail "the liveness probe restarted the lingering server"
