@@ -1,0 +1,3 @@
+module fedpq.dev/controlplane/pause
+
+go 1.26.0
