@@ -130,10 +130,7 @@ type Options struct {
 // Missing real files are downloaded from the official locations (and their
 // MD5 checked) unless o.Offline is set.
 func Load(name string, o Options) (*Federated, error) {
-	if o.Dir == "" {
-		o.Dir = Dir("")
-	}
-	base, alpha, beta, err := parseName(name)
+	base, alpha, beta, err := resolve(name, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -157,10 +154,7 @@ func Load(name string, o Options) (*Federated, error) {
 // generated rather than read, is Load's, whole. LoadExamples reads the
 // training examples the process needs after all (held-out ones).
 func LoadLabels(name string, o Options) (*Federated, error) {
-	if o.Dir == "" {
-		o.Dir = Dir("")
-	}
-	base, _, _, err := parseName(name)
+	base, _, _, err := resolve(name, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -183,10 +177,7 @@ func LoadLabels(name string, o Options) (*Federated, error) {
 // idx in that order, read without holding the others: of MNIST,
 // Fashion-MNIST and CIFAR-10 only those examples are ever decoded.
 func LoadExamples(name string, o Options, idx []int) (*Dataset, error) {
-	if o.Dir == "" {
-		o.Dir = Dir("")
-	}
-	base, _, _, err := parseName(name)
+	base, _, _, err := resolve(name, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -212,4 +203,13 @@ func LoadExamples(name string, o Options, idx []int) (*Dataset, error) {
 		}
 	}
 	return Subset(f.Train, idx), nil
+}
+
+// resolve is what Load, LoadLabels and LoadExamples do first: the data
+// directory defaulted in o, and the dataset's name parsed.
+func resolve(name string, o *Options) (base string, alpha, beta float64, err error) {
+	if o.Dir == "" {
+		o.Dir = Dir("")
+	}
+	return parseName(name)
 }
