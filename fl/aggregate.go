@@ -32,11 +32,28 @@ type aggregate struct {
 	dec      [][]float64 // weighted, robust: one upload decoded, reused
 	total    float64     // weighted: sum of weights
 	n        int
+	// stale is each position's staleness weight w (an asynchronous
+	// buffer's, staleness.go), nil where every upload weighs 1; rest is
+	// the weight sum of n (1 - w) its uploads leave to neutral, the
+	// current model in weights mode (nil: 0, in updates mode).
+	stale      []float64
+	rest       float64
+	neutral    [][]float32
+	byExamples bool // weighted: each upload weighs its examples (FedAvg), else 1
 }
 
-func (e *Engine) newAggregate(ranges []mech.Range, sel []int, slot func(int) mech.Slot) (*aggregate, error) {
-	a := &aggregate{m: e.m, slot: slot, ranges: ranges}
+// newAggregate is the streaming aggregate of the clients sel, each
+// decoded with its server slot. stale, when not nil, weighs each
+// position's upload y as w y + (1 - w) neutral (staleWeights).
+func (e *Engine) newAggregate(ranges []mech.Range, sel []int, slot func(int) mech.Slot, stale []float64) (*aggregate, error) {
+	a := &aggregate{m: e.m, slot: slot, ranges: ranges, byExamples: e.cfg.Weighting == "examples"}
 	a.sizes = e.sizes
+	if stale != nil {
+		a.weighted, a.stale = true, stale
+		if e.cfg.Perturb == "weights" {
+			a.neutral = e.global
+		}
+	}
 	if e.cfg.Weighting == "examples" {
 		for _, k := range sel {
 			if e.examples[k] != e.examples[sel[0]] {
@@ -89,13 +106,20 @@ func (a *aggregate) add(pos int, u Upload) error {
 	if err := a.decode(pos, u); err != nil {
 		return err
 	}
-	w := float64(u.Examples)
+	w := 1.0
+	if a.byExamples {
+		w = float64(u.Examples)
+	}
+	a.total += w
+	if a.stale != nil {
+		a.rest += w * (1 - a.stale[pos])
+		w *= a.stale[pos]
+	}
 	for i, d := range a.dec { // added only once every tensor decoded
 		for j, v := range d {
 			a.acc[i][j] += w * v
 		}
 	}
-	a.total += w
 	a.n++
 	return nil
 }
@@ -153,6 +177,9 @@ func (a *aggregate) mean() ([][]float64, error) {
 		est[i] = make([]float64, n)
 		if a.weighted {
 			for j, v := range a.acc[i] {
+				if a.neutral != nil {
+					v += a.rest * float64(a.neutral[i][j])
+				}
 				est[i][j] = v / a.total
 			}
 			continue

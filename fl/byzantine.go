@@ -254,11 +254,11 @@ func (e *Engine) attacker(k int) bool { return e.byz != nil && e.byz[k] }
 // attacking wraps honest so that the run's attackers encode as they
 // attack; every other client's upload is honest's.
 func (e *Engine) attacking(honest encoder) encoder {
-	return func(k int, p *Plan, local [][]float32, slot mech.Slot) ([][]byte, error) {
+	return func(k int, p *Plan, base, local [][]float32, slot mech.Slot) ([][]byte, error) {
 		if !e.attacker(k) {
-			return honest(k, p, local, slot)
+			return honest(k, p, base, local, slot)
 		}
-		return e.cfg.Byzantine.Encode(e.m, e.cfg.Input(), p.Global, local, p.Ranges, slot,
+		return e.cfg.Byzantine.Encode(e.m, e.cfg.Input(), base, local, p.Ranges, slot,
 			corr.Derive(e.secret, "byzantine-constant", uint64(k)))
 	}
 }

@@ -7,15 +7,16 @@ import (
 	"github.com/fedpq/fedpq/mech"
 )
 
-// encoder turns client k's trained weights local into its upload's
-// payloads for round p, with its slot. A run's is honest, wrapped by its
+// encoder turns client k's trained weights local, trained from the model
+// base (p.Global in a round, the model it started from in an asynchronous
+// buffer), into its upload's payloads for round p, with its slot. A run's is honest, wrapped by its
 // attackers where it has any (byzantine.go), so that an honest client's
 // upload never passes through an attack.
-type encoder func(k int, p *Plan, local [][]float32, slot mech.Slot) ([][]byte, error)
+type encoder func(k int, p *Plan, base, local [][]float32, slot mech.Slot) ([][]byte, error)
 
 // honest is what every honest client sends: Encode, in the round's ranges.
-func (e *Engine) honest(_ int, p *Plan, local [][]float32, slot mech.Slot) ([][]byte, error) {
-	return Encode(e.m, e.cfg.Input(), p.Global, local, p.Ranges, slot)
+func (e *Engine) honest(_ int, p *Plan, base, local [][]float32, slot mech.Slot) ([][]byte, error) {
+	return Encode(e.m, e.cfg.Input(), base, local, p.Ranges, slot)
 }
 
 // Encode turns a client's trained weights into its upload's payloads, as

@@ -155,8 +155,12 @@ func (e *Engine) colluders() int {
 	return int(math.Floor(secureCorrupt * float64(e.roundSize())))
 }
 
-// roundSize is the most clients a round selects (sample).
+// roundSize is the most clients a round selects (sample), or an
+// asynchronous buffer holds.
 func (e *Engine) roundSize() int {
+	if e.cfg.async() {
+		return e.cfg.Buffer
+	}
 	n := len(e.joined)
 	if k := e.cfg.ClientsPerRound; k > 0 && k < n {
 		n = k

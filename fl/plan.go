@@ -18,10 +18,14 @@ type Plan struct {
 	Ranges  []mech.Range // each tensor's clipping range, public
 	Pairing *Pairing     // the pairing or group order, and the server's slots
 	Global  [][]float32  // the model the clients start from; read only
-	agg     roundSum
-	got     []bool // positions whose upload was added
-	loss    float64
-	online  int // the clients the round was drawn from
+	// Staleness is, in an asynchronous buffer (Engine.BeginBuffer), each
+	// position's staleness: the server steps made since its client
+	// started; nil in a round.
+	Staleness []int
+	agg       roundSum
+	got       []bool // positions whose upload was added
+	loss      float64
+	online    int // the clients the round was drawn from
 }
 
 // MaxLoss is the largest training loss an upload may report: the trainer

@@ -29,6 +29,9 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 	}
 	sel := p.Clients
 	dropped := e.dropouts(t, len(sel))
+	if e.clock != nil {
+		e.now += e.clock.roundTime(t, sel, dropped)
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -100,6 +103,17 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 		return nil, err
 	}
 	sel := e.sample(t, online)
+	if e.cfg.OverSelect > 0 {
+		sel = e.fastest(t, sel)
+	}
+	return e.plan(t, sel, len(online), nil)
+}
+
+// plan begins round (or buffer) t among the clients sel, drawn from
+// online: it chooses the ranges, draws the pairing or group order and
+// opens the aggregate, weighing each position's upload by its staleness
+// weight (nil: 1).
+func (e *Engine) plan(t int, sel []int, online int, stale []float64) (*Plan, error) {
 	ranges, err := e.ranges()
 	if err != nil {
 		return nil, err
@@ -114,14 +128,14 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 	case e.cfg.Aggregator != nil:
 		agg = e.newRobust(ranges, pairing.ServerSlot)
 	default:
-		agg, err = e.newAggregate(ranges, sel, pairing.ServerSlot)
+		agg, err = e.newAggregate(ranges, sel, pairing.ServerSlot, stale)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return &Plan{
 		T: t, Clients: sel, Ranges: ranges, Global: e.global, Pairing: pairing,
-		agg: agg, got: make([]bool, len(sel)), online: len(online),
+		agg: agg, got: make([]bool, len(sel)), online: online,
 	}, nil
 }
 
@@ -140,6 +154,9 @@ func (e *Engine) sample(t int, online []int) []int {
 		return sel
 	}
 	k := e.cfg.ClientsPerRound
+	if e.cfg.OverSelect > 0 && k > 0 {
+		k = int(math.Ceil(float64(k) * (1 + e.cfg.OverSelect)))
+	}
 	if k <= 0 || k >= len(online) {
 		return append([]int(nil), online...)
 	}
@@ -218,23 +235,33 @@ func (e *Engine) uploads(ctx context.Context, p *Plan, dropped []bool) <-chan up
 // client trains the client at position pos of round p from the global
 // model and encodes its weights or update, tensor by tensor.
 func (e *Engine) client(ctx context.Context, tr Trainer, p *Plan, pos int) upload {
-	k := p.Clients[pos]
-	u := upload{pos: pos, Upload: Upload{Examples: e.examples[k]}}
-	train := e.task.Data.Train
-	local, loss, err := tr.Train(ctx, p.Global, train.X, train.Y, e.task.Clients[k],
-		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", p.T, k), Client: k, Round: p.T, ProxMu: e.cfg.ProxMu})
+	local, loss, err := e.train(ctx, tr, p.Global, p.Clients[pos], p.T)
 	if err != nil {
-		u.err = err
-		return u
+		return upload{pos: pos, err: err}
 	}
-	u.Loss = loss
+	return e.encodeAt(p, pos, p.Global, local, loss)
+}
+
+// encodeAt is the upload of the client at position pos of p, which
+// trained local, with training loss loss, from the model base.
+func (e *Engine) encodeAt(p *Plan, pos int, base, local [][]float32, loss float64) upload {
+	k := p.Clients[pos]
+	u := upload{pos: pos, Upload: Upload{Examples: e.examples[k], Loss: loss}}
 	slot, err := p.Pairing.ClientSlot(pos, e.params)
 	if err != nil {
 		u.err = err
 		return u
 	}
-	u.Payloads, u.err = e.encode(k, p, local, slot)
+	u.Payloads, u.err = e.encode(k, p, base, local, slot)
 	return u
+}
+
+// train trains client k's job of round t (asynchronous: the job that
+// starts from model version t-1) from the model base.
+func (e *Engine) train(ctx context.Context, tr Trainer, base [][]float32, k, t int) ([][]float32, float64, error) {
+	train := e.task.Data.Train
+	return tr.Train(ctx, base, train.X, train.Y, e.task.Clients[k],
+		model.TrainConfig{Epochs: e.cfg.Epochs, Batch: e.cfg.Batch, Seed: seedOf(e.secret, "local", t, k), Client: k, Round: t, ProxMu: e.cfg.ProxMu})
 }
 
 // seedOf derives a 64-bit seed for one purpose of client k in round t.
@@ -352,6 +379,15 @@ func (e *Engine) End(p *Plan) (report.Round, error) {
 	}
 	e.done = p.T
 	r.Seconds = e.elapsed()
+	if e.clock != nil {
+		r.Clock = e.now
+	}
+	for pos, s := range p.Staleness {
+		if p.got[pos] {
+			r.Staleness += float64(s) / float64(received)
+			r.MaxStaleness = max(r.MaxStaleness, s)
+		}
+	}
 	return r, nil
 }
 

@@ -1,10 +1,12 @@
 package fl
 
 import (
+	"container/heap"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/gob"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -44,6 +46,27 @@ type State struct {
 	// its noise on the last prefix sum.
 	Tree     []byte
 	TreeLast []float64
+	// Clock is the virtual time under a speed model (speed.go); Async an
+	// asynchronous run's clients in flight (nil in mode sync).
+	Clock float64
+	Async *AsyncState
+}
+
+// AsyncState is an asynchronous run's state after a server step: the
+// clients in flight and the model versions they started from (their
+// training is run again on resume, to the same result), and how many
+// replacements have been drawn.
+type AsyncState struct {
+	Flight []AsyncJob
+	Bases  map[int][][]float32 // by version
+	Draws  uint64
+}
+
+// AsyncJob is a client in flight: started from model Version at Start,
+// finishing at Finish on the clock.
+type AsyncJob struct {
+	Client, Version int
+	Start, Finish   float64
 }
 
 // State returns the engine's state after its last completed round.
@@ -52,8 +75,72 @@ func (e *Engine) State() State {
 		Round: e.done, Global: e.global, PrevUpd: e.prevUpd, Radii: e.radii, Best: e.best,
 		BestAcc: e.bestAcc, Since: e.since, Moments: e.moments, Joined: e.joined, Seconds: e.elapsed(),
 		MinSum: e.minSum, MinAlone: e.minAlone, Clip: e.clip, Accountant: e.acctState(),
-		Tree: e.treeState(), TreeLast: e.treeLast,
+		Tree: e.treeState(), TreeLast: e.treeLast, Clock: e.now, Async: e.asyncState(),
 	}
+}
+
+// asyncState is the asynchronous run's state as a State keeps it; nil in
+// mode sync or before the first step.
+func (e *Engine) asyncState() *AsyncState {
+	a := e.async
+	if a == nil {
+		return nil
+	}
+	s := &AsyncState{Bases: map[int][][]float32{}, Draws: a.draws}
+	for _, j := range a.flight {
+		s.Flight = append(s.Flight, AsyncJob{Client: j.k, Version: j.version, Start: j.start, Finish: j.finish})
+		s.Bases[j.version] = j.base.w
+	}
+	return s
+}
+
+// restoreAsync puts an asynchronous run's clients in flight back, checked
+// against the run: every client once, every version one the run has made
+// and has the model of, times finite and in order.
+func (e *Engine) restoreAsync(s State) error {
+	if s.Async == nil {
+		if e.cfg.async() && s.Round > 0 {
+			return errors.New("fl: checkpoint of a synchronous run, or of one from before mode async was saved; this run is asynchronous")
+		}
+		e.async = nil
+		return nil
+	}
+	if !e.cfg.async() {
+		return errors.New("fl: checkpoint of an asynchronous run; this run is synchronous")
+	}
+	for v, w := range s.Async.Bases {
+		if v < 0 || v > s.Round {
+			return fmt.Errorf("fl: checkpoint holds model version %d after %d steps", v, s.Round)
+		}
+		if err := e.checkShapes(w); err != nil {
+			return err
+		}
+		if err := (State{Global: w}).finite(); err != nil {
+			return err
+		}
+	}
+	a := newAsyncLoop(len(e.examples))
+	a.draws = s.Async.Draws
+	if len(s.Async.Flight) > e.cfg.Concurrency {
+		return fmt.Errorf("fl: checkpoint has %d clients in flight, the run's concurrency is %d", len(s.Async.Flight), e.cfg.Concurrency)
+	}
+	for _, fj := range s.Async.Flight {
+		w, ok := s.Async.Bases[fj.Version]
+		switch {
+		case fj.Client < 0 || fj.Client >= len(a.busy) || a.busy[fj.Client]:
+			return fmt.Errorf("fl: checkpoint has client %d in flight twice, or not in the run", fj.Client)
+		case !ok:
+			return fmt.Errorf("fl: checkpoint has client %d in flight from model version %d, which it does not hold", fj.Client, fj.Version)
+		case !(fj.Start >= 0 && fj.Start <= s.Clock && fj.Finish >= s.Clock && fj.Finish <= maxSeconds):
+			return fmt.Errorf("fl: checkpoint has client %d in flight from %v to %v seconds, the clock at %v", fj.Client, fj.Start, fj.Finish, s.Clock)
+		}
+		j := &job{k: fj.Client, version: fj.Version, start: fj.Start, finish: fj.Finish, base: a.ref(fj.Version, w)}
+		a.busy[j.k] = true
+		a.idle--
+		heap.Push(&a.flight, j)
+	}
+	e.async = a
+	return nil
 }
 
 // Restore puts the engine in state s, checked against the model and
@@ -108,6 +195,13 @@ func (e *Engine) Restore(s State) error {
 	if e.cfg.DP.on() && (!(s.Clip > 0) || math.IsInf(s.Clip, 0) || e.cfg.DP.Quantile == 0 && s.Clip != e.cfg.DP.Clip) {
 		return fmt.Errorf("fl: checkpoint's clip %v does not fit the run's clip %v", s.Clip, e.cfg.DP.Clip)
 	}
+	if !(s.Clock >= 0) || s.Clock > maxSeconds {
+		return fmt.Errorf("fl: checkpoint's clock %v s", s.Clock)
+	}
+	if err := e.restoreAsync(s); err != nil {
+		return err
+	}
+	e.now = s.Clock
 	e.moments = s.Moments
 	e.done, e.global, e.prevUpd, e.radii, e.best = s.Round, s.Global, s.PrevUpd, s.Radii, s.Best
 	e.bestAcc, e.since, e.joined, e.before = s.BestAcc, s.Since, s.Joined, time.Duration(s.Seconds*float64(time.Second))

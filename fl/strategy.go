@@ -1,6 +1,7 @@
 package fl
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -67,6 +68,34 @@ type Strategy struct {
 	// Optimizer, when not nil, is a ServerOptimizer of the caller's own,
 	// used in place of the one Server names.
 	Optimizer ServerOptimizer
+
+	// When the server steps (round.go, async.go), and on what clock.
+
+	// Mode is "sync" (or ""), rounds that each wait for their clients, or
+	// "async", FedBuff's buffered asynchronous training (async.go):
+	// Concurrency clients train at once, each from the model current when
+	// it starts, and the server steps every Buffer uploads; each buffer is
+	// one of the run's Rounds.
+	Mode        string
+	Concurrency int // async: clients training at once (M)
+	Buffer      int // async: uploads per server step (K), at most Concurrency
+	// Staleness weighs an asynchronous upload by how many server steps
+	// old its model is (its staleness s); the zero value is constant.
+	Staleness Staleness
+	// MaxStaleness refuses an asynchronous upload more than this many
+	// steps stale before it sends its payload: it costs its client no
+	// privacy, and the report counts it as refused. 0: no limit.
+	MaxStaleness int
+	// Speed is a simulation's model of its clients' speeds (speed.go),
+	// which drives a virtual clock: a synchronous round lasts as long as
+	// its slowest uploading client. The zero Speed is no clock (sync) or
+	// DefaultAsyncSpeed (async).
+	Speed Speed
+	// OverSelect, in a synchronous simulation under a speed model, samples
+	// ceil(ClientsPerRound (1 + OverSelect)) clients and keeps the
+	// ClientsPerRound that finish first; the others are dropped before
+	// they are paired or send anything. 0: no over-selection.
+	OverSelect float64
 }
 
 func (s Strategy) validate() error {
@@ -82,8 +111,51 @@ func (s Strategy) validate() error {
 	case !(s.ProxMu >= 0) || math.IsInf(s.ProxMu, 0):
 		return fmt.Errorf("fl: prox_mu %v must be finite and at least 0", s.ProxMu)
 	}
+	if err := s.validateMode(); err != nil {
+		return err
+	}
 	return s.Range.validate()
 }
+
+// validateMode checks the settings of the mode, the clock and
+// over-selection against each other.
+func (s Strategy) validateMode() error {
+	switch {
+	case s.Mode != "" && s.Mode != "sync" && s.Mode != "async":
+		return fmt.Errorf("fl: mode %q: want sync or async", s.Mode)
+	case !(s.OverSelect >= 0 && s.OverSelect <= 10):
+		return fmt.Errorf("fl: over_select %v must be in [0, 10]", s.OverSelect)
+	case s.MaxStaleness < 0:
+		return fmt.Errorf("fl: max_staleness %d must not be negative (0: no limit)", s.MaxStaleness)
+	}
+	if !s.async() {
+		switch {
+		case s.Concurrency != 0 || s.Buffer != 0 || s.MaxStaleness != 0 || !s.Staleness.constant():
+			return errors.New("fl: concurrency, buffer, staleness and max_staleness are for mode async; a synchronous round takes clients_per_round")
+		case s.OverSelect > 0 && s.Speed.Kind == "":
+			return errors.New("fl: over_select keeps the clients that finish first, which needs a speed model (speed tail:0.1:10, say)")
+		case s.OverSelect > 0 && s.ClientsPerRound == 0:
+			return errors.New("fl: over_select samples more than clients_per_round clients: set clients_per_round below the clients")
+		case s.OverSelect > 0 && s.Sampling == "poisson":
+			return errors.New("fl: over_select keeps a fixed number of clients: it does not go with poisson sampling")
+		}
+		return nil
+	}
+	switch {
+	case s.Concurrency < 1 || s.Buffer < 1:
+		return fmt.Errorf("fl: mode async needs concurrency (clients training at once, %d) and buffer (uploads per server step, %d) of at least 1", s.Concurrency, s.Buffer)
+	case s.Buffer > s.Concurrency:
+		return fmt.Errorf("fl: buffer %d is more than concurrency %d: a buffer fills with uploads of different clients, at most concurrency of them training at once", s.Buffer, s.Concurrency)
+	case s.ClientsPerRound != 0 || s.Sampling == "poisson":
+		return errors.New("fl: mode async starts a client whenever one finishes, concurrency at a time: clients_per_round and sampling are for mode sync")
+	case s.OverSelect != 0:
+		return errors.New("fl: over_select is for mode sync: an asynchronous server never waits for the slowest")
+	}
+	return nil
+}
+
+// async reports whether the run trains asynchronously.
+func (s Strategy) async() bool { return s.Mode == "async" }
 
 // weight is the FedAvg weight of a client with n examples: n, capped at
 // MaxExamples.

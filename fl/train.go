@@ -182,6 +182,12 @@ type Engine struct {
 	tree     *privacy.Tree
 	treeSrc  *normalStream
 	treeLast []float64
+	// clock is the simulation's speed model (nil: none), now the virtual
+	// time in seconds at the end of the last round or buffer, and async an
+	// asynchronous run's clients in flight (async.go).
+	clock *clock
+	now   float64
+	async *asyncLoop
 }
 
 // elapsed is the run's wall time so far, across restarts.
@@ -276,6 +282,9 @@ func New(cfg Config, task Task) (*Engine, error) {
 	if err := e.setByzantine(n); err != nil {
 		return nil, err
 	}
+	if err := e.setMode(n); err != nil {
+		return nil, err
+	}
 	if cfg.Range.Kind == "adaptive" {
 		if err := e.checkAdaptive(); err != nil {
 			return nil, err
@@ -341,8 +350,12 @@ func size(shape []int) int {
 func (e *Engine) Global() [][]float32 { return e.global }
 
 // Run trains the rounds left of cfg.Rounds (all of them, unless the engine
-// was restored), calling observe after each.
+// was restored), calling observe after each; in mode async, the buffers
+// (async.go).
 func (e *Engine) Run(ctx context.Context, observe func(report.Round) error) error {
+	if e.cfg.async() {
+		return e.runAsync(ctx, observe)
+	}
 	for t := e.done + 1; t <= e.cfg.Rounds; t++ {
 		r, err := e.round(ctx, t)
 		if err != nil {

@@ -64,6 +64,17 @@ type Round struct {
 	// model's order: what the range rule chose.
 	RangeRadius []float64 `json:"range_radius,omitempty"`
 	Seconds     float64   `json:"seconds"` // wall time since the run started
+	// Clock is the virtual time, in seconds of the run's speed model, at
+	// the end of the round (asynchronous: of the buffer's last upload);
+	// absent without a speed model.
+	Clock float64 `json:"clock,omitempty"`
+	// Staleness and MaxStaleness are the mean and largest staleness of an
+	// asynchronous buffer's uploads (server steps since their client
+	// started); Refused the uploads refused since the last buffer, staler
+	// than the run's max_staleness, before they sent anything.
+	Staleness    float64 `json:"staleness,omitempty"`
+	MaxStaleness int     `json:"max_staleness,omitempty"`
+	Refused      int     `json:"refused,omitempty"`
 }
 
 // Summary is summary.json: the outcome of a finished run, what a table of
