@@ -42,6 +42,23 @@ type Config struct {
 	Rounds          int     `yaml:"rounds"`
 	EvalEvery       int     `yaml:"eval_every"`
 
+	// Mode is sync (rounds) or async (FedBuff, fl.Strategy.Mode): then
+	// Concurrency clients train at once, the server steps every Buffer
+	// uploads, each weighed by Staleness (constant, poly:A or hinge:A:B)
+	// and refused past MaxStaleness steps (0: no limit); Rounds counts
+	// the buffers.
+	Mode         string `yaml:"mode,omitempty"`
+	Concurrency  int    `yaml:"concurrency,omitempty"`
+	Buffer       int    `yaml:"buffer,omitempty"`
+	Staleness    string `yaml:"staleness,omitempty"`
+	MaxStaleness int    `yaml:"max_staleness,omitempty"`
+	// Speed is the simulation's speed model, which drives a virtual clock
+	// (fl.ParseSpeed: none, tail:F:X[:SIGMA], lognormal:SIGMA[:JITTER],
+	// trace:FILE); "": none in mode sync, fl.DefaultAsyncSpeed in mode
+	// async. OverSelect is sync's over-selection (fl.Strategy.OverSelect).
+	Speed      string  `yaml:"speed,omitempty"`
+	OverSelect float64 `yaml:"over_select,omitempty"`
+
 	// Model is an architecture of the zoo, a spec file (.yaml) or the name
 	// of ModelSpec (ResolveModel).
 	Model string `yaml:"model"`
@@ -291,6 +308,12 @@ func (c Config) Validate() error {
 	if err := ec.Byzantine.Check(m); err != nil {
 		return err
 	}
+	if err := ec.ValidateMode(); err != nil {
+		return err
+	}
+	if c.Mode == "async" && c.Data == "" && c.Concurrency > c.Clients {
+		return fmt.Errorf("concurrency %d is more than the %d clients: at most every client trains at once", c.Concurrency, c.Clients)
+	}
 	if !(c.Validation >= 0 && c.Validation < 1) {
 		return fmt.Errorf("validation %v must be in [0, 1)", c.Validation)
 	}
@@ -355,9 +378,13 @@ func (c Config) mechNoise() float64 {
 	return c.NoiseMultiplier
 }
 
-// roundClients is how many clients a round has when none drops out: what
-// ddgauss and skellam divide their noise among.
+// roundClients is how many clients a round (or an asynchronous buffer)
+// has when none drops out: what ddgauss and skellam divide their noise
+// among.
 func (c Config) roundClients() int {
+	if c.Mode == "async" && c.Buffer > 0 {
+		return c.Buffer
+	}
 	if c.ClientsPerRound > 0 && c.ClientsPerRound < c.Clients {
 		return c.ClientsPerRound
 	}
@@ -378,6 +405,14 @@ func (c Config) engineConfig() (fl.Config, error) {
 	if err != nil {
 		return fl.Config{}, err
 	}
+	stale, err := fl.ParseStaleness(c.Staleness)
+	if err != nil {
+		return fl.Config{}, err
+	}
+	speed, err := fl.ParseSpeed(c.Speed)
+	if err != nil {
+		return fl.Config{}, err
+	}
 	if err := c.checkServerSettings(); err != nil {
 		return fl.Config{}, err
 	}
@@ -388,6 +423,8 @@ func (c Config) engineConfig() (fl.Config, error) {
 			ClientsPerRound: c.ClientsPerRound, Sampling: c.Sampling, Range: rg, ProxMu: c.ProxMu,
 			Weighting: c.Weighting, MaxExamples: c.MaxExamples, Aggregator: rule,
 			Server: fl.ServerConfig{Name: c.ServerOptimizer, LR: c.GlobalLR, Beta1: c.ServerBeta1, Beta2: c.ServerBeta2, Tau: c.ServerTau},
+			Mode:   c.Mode, Concurrency: c.Concurrency, Buffer: c.Buffer, Staleness: stale, MaxStaleness: c.MaxStaleness,
+			Speed: speed, OverSelect: c.OverSelect,
 		},
 		Patience: c.Patience, EvalEvery: c.EvalEvery, Epochs: c.Epochs, Batch: c.Batch,
 		Seed: c.Seed, Workers: c.Workers, LedgerDelta: c.LedgerDelta, SecureAggregation: c.SecureAggregation,

@@ -293,6 +293,9 @@ func (rec *Recorder) add(r report.Round) error {
 	s.UplinkBitsPerParam = r.UplinkBitsPerParam
 	s.EpsilonPerRound, s.EpsilonSpent, s.Privacy = r.Epsilon, r.EpsilonSpent, r.Privacy
 	s.Seconds = r.Seconds
+	s.Clock = r.Clock
+	s.Uploads += int64(r.Clients)
+	s.Refused += int64(r.Refused)
 	if r.Accuracy != nil {
 		s.FinalAccuracy = *r.Accuracy
 		if *r.Accuracy > s.BestAccuracy {

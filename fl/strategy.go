@@ -111,15 +111,16 @@ func (s Strategy) validate() error {
 	case !(s.ProxMu >= 0) || math.IsInf(s.ProxMu, 0):
 		return fmt.Errorf("fl: prox_mu %v must be finite and at least 0", s.ProxMu)
 	}
-	if err := s.validateMode(); err != nil {
+	if err := s.ValidateMode(); err != nil {
 		return err
 	}
 	return s.Range.validate()
 }
 
-// validateMode checks the settings of the mode, the clock and
-// over-selection against each other.
-func (s Strategy) validateMode() error {
+// ValidateMode checks the settings of the mode, the clock and
+// over-selection against each other: New does, and a configuration can
+// before its data is loaded.
+func (s Strategy) ValidateMode() error {
 	switch {
 	case s.Mode != "" && s.Mode != "sync" && s.Mode != "async":
 		return fmt.Errorf("fl: mode %q: want sync or async", s.Mode)

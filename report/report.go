@@ -102,7 +102,14 @@ type Summary struct {
 	Privacy      *privacy.Ledger `json:"privacy,omitempty"`
 	ClientRounds []int           `json:"client_rounds,omitempty"`
 	Seconds      float64         `json:"seconds"`
-	Seed         uint64          `json:"seed"`
+	// Clock is the virtual time at the end of the run under a speed model
+	// (report.Round.Clock); Uploads the uploads aggregated, over the
+	// rounds or buffers; Refused the asynchronous uploads refused as too
+	// stale.
+	Clock   float64 `json:"clock,omitempty"`
+	Uploads int64   `json:"uploads,omitempty"`
+	Refused int64   `json:"refused,omitempty"`
+	Seed    uint64  `json:"seed"`
 	// Initial is the model the run started from, where it came from a
 	// file (init_weights): absent when the seed drew it, and after a resume.
 	Initial *Initial `json:"initial,omitempty"`

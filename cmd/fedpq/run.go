@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/fl"
 	"github.com/fedpq/fedpq/model"
 	"github.com/fedpq/fedpq/privacy"
 	"github.com/fedpq/fedpq/report"
@@ -58,6 +59,13 @@ var runFlagHelp = [][2]string{
 	{"dropout", "probability that a sampled client drops out before uploading"},
 	{"rounds", "communication rounds"},
 	{"eval_every", "evaluate the global model on the test set every this many rounds"},
+	{"mode", "sync (rounds: the server waits for each round's clients) or async (FedBuff: --concurrency clients train at once, the server steps every --buffer uploads; --rounds counts the steps; docs/training.md#asynchronous-training-fedbuff)"},
+	{"concurrency", "async: clients training at once (M), at most --clients"},
+	{"buffer", "async: uploads per server step (K), at most --concurrency; 1 is FedAsync"},
+	{"staleness", "async: weight of an upload s steps stale: constant, poly:A ((1+s)^-A; FedBuff's poly:0.5) or hinge:A:B (1 up to B, then 1/(A(s-B)+1)); not constant only where the server sees each upload (no secure aggregation, shuffler or robust aggregator)"},
+	{"max_staleness", "async: refuse uploads more than this many steps stale, before they send anything (0: no limit)"},
+	{"speed", "the clients' speeds on a virtual clock, reported as clock: none, tail:F:X[:SIGMA] (a fraction F of the clients X times slower, each job's time lognormal with sigma SIGMA, default 0.25), lognormal:SIGMA[:JITTER] or trace:FILE (CSV client,seconds...; docs/training.md); default: none for sync, tail:0.1:10 for async"},
+	{"over_select", "sync with --speed: sample ceil(clients_per_round x (1+F)) clients and keep the clients_per_round that finish first"},
 	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn, vgg-small, lenet, or a spec file NET.yaml of one's own (docs/models.md#specs; config.yaml records the spec as model_spec); or external: the model of --trainer"},
 	{"init_weights", "start from the weights in this .safetensors or .onnx file (as fedpq export writes them) instead of drawing them from the seed"},
 	{"init_weights_sha256", "the sha256 of init_weights: recorded by the run, checked when given"},
@@ -188,6 +196,14 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return printSummary(stdout, *format, c, s)
 }
 
+// speedName is the run's speed model as its clock ran it.
+func speedName(c experiment.Config) string {
+	if c.Speed == "" && c.Mode == "async" {
+		return fl.DefaultAsyncSpeed
+	}
+	return c.Speed
+}
+
 // printSummary prints a run's summary as text or JSON.
 func printSummary(stdout io.Writer, format string, c experiment.Config, s *report.Summary) error {
 	if format == "json" {
@@ -206,6 +222,12 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 		fmt.Fprintf(stdout, "  %s\n", s.Error)
 	}
 	fmt.Fprintf(stdout, "  final accuracy %.4f, best %.4f (round %d)\n", s.FinalAccuracy, s.BestAccuracy, s.BestRound)
+	if c.Mode == "async" {
+		fmt.Fprintf(stdout, "  asynchronous: %d buffers of %d uploads, %d refused as too stale\n", s.Rounds, c.Buffer, s.Refused)
+	}
+	if s.Clock > 0 {
+		fmt.Fprintf(stdout, "  virtual clock %.4g s, %d uploads (speed %s)\n", s.Clock, s.Uploads, speedName(c))
+	}
 	fmt.Fprintf(stdout, "  uplink %.4g bits/param per client, %.4g MB in all", s.UplinkBitsPerParam, float64(s.UplinkBitsTotal)/8e6)
 	if s.SetupBytesTotal > 0 {
 		fmt.Fprintf(stdout, "; setup (keys, shares) %.4g MB more", float64(s.SetupBytesTotal)/1e6)
