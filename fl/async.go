@@ -183,6 +183,9 @@ func (e *Engine) BeginBuffer(t int, clients, versions []int) (*Plan, error) {
 
 // runAsync runs the buffers left of cfg.Rounds, calling observe after each.
 func (e *Engine) runAsync(ctx context.Context, observe func(report.Round) error) error {
+	if e.clock == nil {
+		return errors.New("fl: an asynchronous simulation runs on a speed model's clock; a deployed server drives BeginBuffer itself")
+	}
 	if e.async == nil {
 		e.async = newAsyncLoop(len(e.examples))
 	}

@@ -11,4 +11,10 @@
 // (Plan.Add) and ends the round (Engine.End: the global update, the privacy
 // ledger, the evaluation). A deployed server (package transport) drives the
 // same Begin, Add and End with its clients' messages.
+//
+// async.go runs buffered asynchronous training (FedBuff) on the virtual
+// clock of speed.go: each buffer of uploads is begun with
+// Engine.BeginBuffer among its members and then added and ended as a
+// round is, so a deployed asynchronous server can drive the same calls;
+// staleness.go weighs its uploads.
 package fl
