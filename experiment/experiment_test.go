@@ -285,6 +285,46 @@ func TestResume(t *testing.T) {
 	}
 }
 
+// TestResumeAsync: an asynchronous run checkpoints at its evaluations and
+// its last buffer (and every asyncCheckpointEvery), not after every buffer;
+// interrupted after buffer 5 it resumes from buffer 3's checkpoint, runs
+// buffers 4 and 5 again, and ends as an uninterrupted run does.
+func TestResumeAsync(t *testing.T) {
+	c := quick(t)
+	c.Mode, c.Concurrency, c.Buffer, c.Staleness = "async", 8, 3, "poly:0.5"
+	c.Rounds, c.EvalEvery = 8, 3
+	want, wantRounds := finalModel(t, c)
+	c.Out = t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := Run(ctx, c, func(r report.Round) {
+		if r.Round == 5 {
+			cancel()
+		}
+	})
+	if err == nil {
+		t.Fatal("the interrupted run did not stop")
+	}
+	st, err := fl.LoadState(filepath.Join(c.Out, CheckpointFile))
+	if err != nil || st.Round != 3 {
+		t.Fatalf("the interrupted run's checkpoint: %v, after buffer %d, want 3", err, st.Round)
+	}
+	if _, err := Resume(context.Background(), c.Out, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = fl.LoadState(filepath.Join(c.Out, CheckpointFile)); err != nil || fl.Hash(st.Global) != want {
+		t.Fatalf("resumed run: %v, model equal %v", err, err == nil && fl.Hash(st.Global) == want)
+	}
+	run, err := report.ReadRun(c.Out)
+	if err != nil || len(run.Rounds) != len(wantRounds) {
+		t.Fatalf("metrics after resuming: %v, %d buffers, want %d", err, len(run.Rounds), len(wantRounds))
+	}
+	for i, r := range run.Rounds {
+		if w := wantRounds[i]; r.TrainLoss != w.TrainLoss || r.Clock != w.Clock || r.Staleness != w.Staleness {
+			t.Errorf("buffer %d: loss %v, clock %v, staleness %v; uninterrupted %v, %v, %v", r.Round, r.TrainLoss, r.Clock, r.Staleness, w.TrainLoss, w.Clock, w.Staleness)
+		}
+	}
+}
+
 // TestResumeLonger: a finished run lengthened by raising rounds in its
 // config.yaml and resuming it (as docs/training.md's range table was made)
 // ends with the model and metrics of a run of that length from the start:

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"github.com/fedpq/fedpq/data"
 	"github.com/fedpq/fedpq/extern"
@@ -95,6 +96,9 @@ func run(ctx context.Context, c Config, resume bool, progress func(report.Round)
 	rec, err := NewRecorder(su.Config, eng, resume)
 	if err != nil {
 		return nil, err
+	}
+	if c.Mode == "async" {
+		rec.every = asyncCheckpointEvery
 	}
 	if !resume {
 		if err := rec.StartedFrom(su, start, task.Trainers[0]); err != nil {
@@ -235,7 +239,18 @@ type Recorder struct {
 	dir string
 	w   *report.Writer
 	s   *report.Summary
+	// every, when not 0, checkpoints only rounds that are evaluated or
+	// last, and others once every has passed since the last checkpoint.
+	every time.Duration
+	saved time.Time
 }
+
+// asyncCheckpointEvery spaces an asynchronous simulation's checkpoints:
+// its checkpoint holds the model of every client in flight (at
+// concurrency 100 and cnn2, 3.8 MB, 13 ms to write), and buffers of one
+// upload take milliseconds each. A resumed run runs the buffers after its
+// checkpoint again, to the same models and records.
+const asyncCheckpointEvery = 10 * time.Second
 
 // NewRecorder opens c's run directory for eng. With resume, eng is first
 // restored from the directory's checkpoint and the rounds recorded up to it
@@ -275,13 +290,18 @@ func NewRecorder(c Config, eng *fl.Engine, resume bool) (*Recorder, error) {
 	return rec, nil
 }
 
-// Round records round r and checkpoints the engine after it. A round whose
+// Round records round r and checkpoints the engine after it (spaced out,
+// where every is set). A round whose
 // aggregate the engine discarded is recorded all the same, with its reason
 // (r.Discarded), and the checkpoint holds the model it began with.
 func (rec *Recorder) Round(r report.Round) error {
 	if err := rec.add(r); err != nil {
 		return err
 	}
+	if rec.every > 0 && r.Accuracy == nil && r.Round < rec.eng.Rounds() && time.Since(rec.saved) < rec.every {
+		return nil
+	}
+	rec.saved = time.Now()
 	return fl.SaveState(filepath.Join(rec.dir, CheckpointFile), rec.eng.State())
 }
 

@@ -110,11 +110,16 @@ func (e *Engine) Ledger() (*privacy.Ledger, []int, error) {
 	if !e.ldp {
 		return nil, e.joined, nil
 	}
-	l, err := privacy.Account(privacy.Budget{Mechanism: e.cfg.Mechanism, Epsilon: e.cfg.Mech.Epsilon, MechDelta: e.mechDelta()},
-		e.params, e.most(), e.cfg.LedgerDelta)
-	if err != nil {
-		return nil, e.joined, err
+	most := e.most()
+	if e.ledger == nil || e.ledger.Rounds != most {
+		l, err := privacy.Account(privacy.Budget{Mechanism: e.cfg.Mechanism, Epsilon: e.cfg.Mech.Epsilon, MechDelta: e.mechDelta()},
+			e.params, most, e.cfg.LedgerDelta)
+		if err != nil {
+			return nil, e.joined, err
+		}
+		e.ledger = &l
 	}
+	l := *e.ledger // callers set its fields, never what they point to
 	return &l, e.joined, nil
 }
 

@@ -143,24 +143,29 @@ func (e *Engine) Weight(n int) int { return e.cfg.weight(n) }
 // model and the privacy each client has spent) is all it keeps between
 // rounds; clients' models exist only while they are trained and encoded.
 type Engine struct {
-	cfg      Config
-	task     Task
-	m        mech.Mechanism
-	opt      ServerOptimizer
-	moments  [][]float32 // the server optimizer's, after the last round
-	ldp      bool
-	secret   []byte
-	specs    []model.TensorSpec
-	params   int
-	sizes    []int   // what a client encodes: each tensor's size, or under DP-FedAvg the model's
-	clip     float64 // DP-FedAvg: the next round's clip
-	global   [][]float32
-	prevUpd  [][]float32 // updates mode: the last estimated update, for ranges
-	radii    []float64   // range adaptive: each tensor's radius for the next round
-	best     [][]float32
-	bestAcc  float64
-	since    int   // evaluations since the best
-	joined   []int // rounds each client took part in
+	cfg     Config
+	task    Task
+	m       mech.Mechanism
+	opt     ServerOptimizer
+	moments [][]float32 // the server optimizer's, after the last round
+	ldp     bool
+	secret  []byte
+	specs   []model.TensorSpec
+	params  int
+	sizes   []int   // what a client encodes: each tensor's size, or under DP-FedAvg the model's
+	clip    float64 // DP-FedAvg: the next round's clip
+	global  [][]float32
+	prevUpd [][]float32 // updates mode: the last estimated update, for ranges
+	radii   []float64   // range adaptive: each tensor's radius for the next round
+	best    [][]float32
+	bestAcc float64
+	since   int   // evaluations since the best
+	joined  []int // rounds each client took part in
+	// ledger is privacy.Account's answer for the most-sampled client's
+	// rounds (its Rounds), kept until they change: its optimal
+	// composition costs milliseconds, and an asynchronous run of small
+	// buffers asks for it at every step, mostly for the same rounds.
+	ledger   *privacy.Ledger
 	examples []int // each client's number of examples
 	done     int   // rounds completed
 	// minSum and minAlone are the fewest uploads any round summed, and
