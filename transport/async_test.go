@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +119,138 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Since(start) > time.Minute {
 			t.Fatalf("waited a minute for %s", what)
 		}
+	}
+}
+
+// TestAsyncStale: weights trained from a model more than max_staleness
+// steps old are refused when the client says Ready, before anything of
+// them is sent, with the reason; the buffer records the refusal and no
+// upload of the client is counted.
+func TestAsyncStale(t *testing.T) {
+	c := asyncConfig(t, "ldpq", 4, 4, 1, 5)
+	c.MaxStaleness = 1
+	second := make(chan struct{})
+	ts := serve(t, ServerConfig{Run: c, Progress: func(r report.Round) {
+		if r.Round == 2 {
+			close(second)
+		}
+	}}, "127.0.0.1:0")
+	r := dial(t, ts.addr)
+	if err := r.join(3, 4, token); err != nil {
+		t.Fatal(err)
+	}
+	task := r.next(t, func(m *pb.ServerMessage) bool { return m.GetTask() != nil }).GetTask()
+	var cs []*testClient
+	for k := range 3 {
+		cs = append(cs, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 4}))
+	}
+	<-second
+	if err := r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Ready{Ready: &pb.Ready{Version: task.GetVersion()}}}); err != nil {
+		t.Fatal(err)
+	}
+	d := r.next(t, func(m *pb.ServerMessage) bool { return m.GetDiscard() != nil }).GetDiscard()
+	if d.GetVersion() != 0 || !strings.Contains(d.GetReason(), "steps stale, past max_staleness 1: refused before they were sent, nothing charged") {
+		t.Errorf("discarded version %d: %q", d.GetVersion(), d.GetReason())
+	}
+	r.stream.CloseSend()
+	ts.wait(t)
+	for _, cl := range cs {
+		cl.wait(t)
+	}
+	refused := 0
+	for _, b := range readRun(t, c.Dir()) {
+		refused += b.Refused
+		if b.Clients != 1 || b.MaxStaleness > 1 {
+			t.Errorf("buffer %d: %d uploads, max staleness %d; want 1, at most 1", b.Round, b.Clients, b.MaxStaleness)
+		}
+	}
+	if refused < 1 { // client 3's, and the others' that came two steps late
+		t.Errorf("%d refusals recorded, want at least 1", refused)
+	}
+	if !strings.Contains(ts.log.String(), "client 3: its update from model version 0 refused") {
+		t.Errorf("the server did not log the refusal:\n%s", ts.log)
+	}
+}
+
+// leaver joins as client id of n, trains for nothing, says Ready to its
+// first Task, and leaves when its buffer starts: a dropout of the buffer's
+// round.
+func leaver(t *testing.T, addr string, id, n uint32) {
+	t.Helper()
+	r := dial(t, addr)
+	if err := r.join(id, n, token); err != nil {
+		t.Fatal(err)
+	}
+	task := r.next(t, func(m *pb.ServerMessage) bool { return m.GetTask() != nil }).GetTask()
+	if err := r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Ready{Ready: &pb.Ready{Version: task.GetVersion()}}}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if rs, err := r.stream.Recv(); err == nil && rs.GetRoundStart() != nil {
+			r.stream.CloseSend()
+		}
+	}()
+}
+
+// TestAsyncSecure: a secure buffer is a secure round among its members: a
+// member that leaves is its dropout and the buffer sums the others; a
+// buffer whose members fall below the threshold is lost whole, its
+// members' uploads reported missing, and the model does not move.
+func TestAsyncSecure(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		honest, leave  int
+		uploads, drops int
+	}{{"dropout", 3, 1, 3, 1}, {"below-threshold", 1, 2, 0, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := tc.honest + tc.leave
+			c := asyncConfig(t, "ldpq", n, n, n, 1)
+			c.Weighting, c.SecureAggregation = "mean", true
+			ts := serve(t, ServerConfig{Run: c, RoundTimeout: 10 * time.Second}, "127.0.0.1:0")
+			for k := tc.honest; k < n; k++ {
+				leaver(t, ts.addr, uint32(k), uint32(n))
+			}
+			var cs []*testClient
+			for k := range tc.honest {
+				cs = append(cs, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: n}))
+			}
+			ts.wait(t)
+			for _, cl := range cs {
+				cl.wait(t)
+			}
+			b := readRun(t, c.Dir())[0]
+			if b.Clients != tc.uploads || b.Dropped != tc.drops {
+				t.Errorf("buffer 1: %d uploads, %d missing (discarded %q); want %d, %d", b.Clients, b.Dropped, b.Discarded, tc.uploads, tc.drops)
+			}
+		})
+	}
+}
+
+// TestAsyncMatchesSimulation: with every client in every buffer (buffer =
+// concurrency = clients) and no mechanism's noise, a deployed asynchronous
+// run is synchronous FedAvg with staleness 0, and ends within 3 points of
+// accuracy of the simulation of the same configuration. (Not bit for bit:
+// a deployed client draws its local training order from its own secret,
+// the simulation from the run's, as TestMatchesSimulation says of sync.)
+func TestAsyncMatchesSimulation(t *testing.T) {
+	c := asyncConfig(t, "none", 6, 6, 6, 5)
+	ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
+	for k := range 6 {
+		join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 6})
+	}
+	dep := ts.wait(t)
+	for _, b := range readRun(t, c.Dir()) {
+		if b.Clients != 6 || b.MaxStaleness != 0 {
+			t.Errorf("buffer %d: %d uploads, max staleness %d; want 6, 0", b.Round, b.Clients, b.MaxStaleness)
+		}
+	}
+	c.Out = t.TempDir()
+	sim, err := experiment.Run(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("accuracy: deployed %.4f, simulated %.4f", dep.FinalAccuracy, sim.FinalAccuracy)
+	if math.Abs(dep.FinalAccuracy-sim.FinalAccuracy) > 0.03 {
+		t.Errorf("accuracy: deployed %.4f, simulated %.4f", dep.FinalAccuracy, sim.FinalAccuracy)
 	}
 }
