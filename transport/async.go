@@ -123,7 +123,7 @@ func (s *Server) ready(sess *session, r *pb.Ready) error {
 
 // reannounce acts on the Ready of a Join: weights the client trained and
 // held across a lost connection or a server restart. Weights already used
-// (uploaded in a buffer that ended) are discarded; those uploaded in the
+// (uploaded in a buffer that ended) are ignored; those uploaded in the
 // buffer the server lost in a restart (the next one) go to the head of the
 // queue, so that the restarted buffer gets them back; the others queue as
 // any Ready. A client in the buffer under way is its dropout: its weights
@@ -138,9 +138,9 @@ func (s *Server) reannounce(sess *session, r *pb.Ready) {
 		s.discard(sess, v, fmt.Sprintf("weights trained from model version %d, but the server has made %d steps", v, done), "invalid")
 		return
 	case up != 0 && up <= done:
-		s.discard(sess, v, fmt.Sprintf("already uploaded in buffer %d, which has ended", up), "used")
-		return
+		return // used by a buffer that ended: the client drops them itself (Welcome.rounds_done)
 	}
+	s.log.Printf("client %d: announced again its update from model version %d (uploaded in buffer %d, 0: none); queued", sess.id, v, up)
 	s.enqueue(sess, v, up == done+1)
 }
 
@@ -188,9 +188,11 @@ func (s *Server) runAsync(ctx context.Context) error {
 	s.mu.Lock()
 	s.dispatch()
 	s.mu.Unlock()
+	first := true
 	for s.eng.Done() < s.eng.Rounds() {
 		begun := time.Now()
-		ids, versions, err := s.nextBuffer(ctx)
+		ids, versions, err := s.nextBuffer(ctx, first)
+		first = false
 		if err != nil {
 			return err
 		}
@@ -214,10 +216,13 @@ func (s *Server) runAsync(ctx context.Context) error {
 
 // nextBuffer waits until Buffer clients are queued, refuses those grown
 // staler than MaxStaleness while they waited, and takes the first Buffer
-// as the next buffer's members: their ids, increasing, and versions.
-func (s *Server) nextBuffer(ctx context.Context) (ids, versions []int, err error) {
+// as the next buffer's members: their ids, increasing, and versions. The
+// server's first buffer waits Gather more once it could start, so that
+// clients that held weights across a restart announce them again first
+// (those of the buffer a restart interrupted go to the queue's head).
+func (s *Server) nextBuffer(ctx context.Context, first bool) (ids, versions []int, err error) {
 	k := s.cfg.Run.Buffer
-	var logged time.Time
+	var logged, full time.Time
 	start := time.Now()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -233,7 +238,14 @@ func (s *Server) nextBuffer(ctx context.Context) (ids, versions []int, err error
 			}
 			return false
 		})
-		if len(a.queue) >= k {
+		if len(a.queue) >= k && full.IsZero() {
+			full = time.Now()
+		}
+		wait := 30 * time.Second
+		if first && !full.IsZero() {
+			wait = min(wait, s.cfg.Gather-time.Since(full))
+		}
+		if len(a.queue) >= k && (!first || wait <= 0) {
 			buf := a.queue[:k]
 			a.queue = slices.Clone(a.queue[k:])
 			slices.SortFunc(buf, func(x, y readyUpdate) int { return int(x.id) - int(y.id) })
@@ -257,7 +269,7 @@ func (s *Server) nextBuffer(ctx context.Context) (ids, versions []int, err error
 		s.mu.Unlock()
 		select {
 		case <-ch:
-		case <-time.After(30 * time.Second):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}

@@ -254,3 +254,43 @@ func TestAsyncMatchesSimulation(t *testing.T) {
 		t.Errorf("accuracy: deployed %.4f, simulated %.4f", dep.FinalAccuracy, sim.FinalAccuracy)
 	}
 }
+
+// TestAsyncRestart: a server stopped in the middle of an asynchronous run
+// and started again resumes from its last step; its clients reconnect,
+// announce again the weights they held (those uploaded in the buffer the
+// stop interrupted first), and no trained update is dropped: every buffer
+// is full, and no client declines a buffer or has its weights discarded.
+func TestAsyncRestart(t *testing.T) {
+	c := asyncConfig(t, "ldpq", 4, 4, 2, 4)
+	second := make(chan struct{})
+	ts := serve(t, ServerConfig{Run: c, Progress: func(r report.Round) {
+		if r.Round == 2 {
+			close(second)
+		}
+	}}, "127.0.0.1:0")
+	delay, err := ParseDelay("fixed:0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []*testClient
+	for k := range 4 {
+		cs = append(cs, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 4, Delay: delay}))
+	}
+	<-second
+	ts.cancel()
+	<-ts.done
+	again := serve(t, ServerConfig{Run: c, Gather: 2 * time.Second}, ts.addr)
+	sum := again.wait(t)
+	for _, cl := range cs {
+		cl.wait(t)
+		if log := cl.log.String(); strings.Contains(log, "declined") || strings.Contains(log, "refused") {
+			t.Errorf("a client lost its update:\n%s", log)
+		}
+	}
+	if !strings.Contains(again.log.String(), "announced again its update") {
+		t.Errorf("no client announced its weights again:\n%s", again.log)
+	}
+	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[2 2 2 2]" || sum.Rounds != 4 {
+		t.Errorf("uploads per buffer %s over %d, want [2 2 2 2]", got, sum.Rounds)
+	}
+}

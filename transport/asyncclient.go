@@ -83,6 +83,15 @@ func (c *Client) task(ctx context.Context, stream pb.Federation_SessionClient, r
 	return nil
 }
 
+// used drops the held weights if they went into a buffer of the done
+// ones: that buffer used them (or, secure and below its threshold, lost
+// them), and the Join announced them for nothing.
+func (c *Client) used(done uint32) {
+	if h := c.held; h != nil && h.uploaded != 0 && h.uploaded <= done {
+		c.held = nil
+	}
+}
+
 // discard drops the held weights the server will not use, and logs why.
 func (c *Client) discard(d *pb.Discard) {
 	if c.held != nil && c.held.version == d.GetVersion() {

@@ -313,6 +313,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 		return nil, false, errors.New("the server did not answer the Join with a Welcome")
 	}
 	c.routine("joined %s: run %x, after round %d", c.cfg.Server, hello.GetRunId(), m.GetWelcome().GetRoundsDone())
+	c.used(m.GetWelcome().GetRoundsDone())
 	defer c.cfg.Metrics.joined()()
 	if c.fleet != nil {
 		c.fleet.stats.connected.Add(1)
