@@ -3,10 +3,13 @@ package transport
 import (
 	"context"
 	"fmt"
+	"log"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fedpq/fedpq/experiment"
 	"github.com/fedpq/fedpq/report"
@@ -292,5 +295,44 @@ func TestAsyncRestart(t *testing.T) {
 	}
 	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[2 2 2 2]" || sum.Rounds != 4 {
 		t.Errorf("uploads per buffer %s over %d, want [2 2 2 2]", got, sum.Rounds)
+	}
+}
+
+// TestAsyncFleet: a fleet of 30 clients in one process (fedpq client
+// --partition a-b/N) serves an asynchronous run unchanged, with delays
+// that make the first tenth of its clients stragglers: every buffer is
+// full.
+func TestAsyncFleet(t *testing.T) {
+	const n = 30
+	c := asyncConfig(t, "corbin", n, 12, 6, 4)
+	ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
+	delay, err := ParseDelay("tail:0.1:10:0.02")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ccs []ClientConfig
+	for k := range n {
+		ccs = append(ccs, ClientConfig{Server: ts.addr, ID: k, Clients: n, Key: NewKey(), Token: token,
+			Creds: insecure.NewCredentials(), RetryFor: 30 * time.Second, Delay: delay})
+	}
+	logs := &syncBuffer{}
+	f, err := NewFleet(FleetConfig{Clients: ccs, Workers: 2, Every: time.Second, Log: log.New(logs, "fleet: ", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan FleetResult, 1)
+	go func() { done <- f.Run(context.Background()) }()
+	var res FleetResult
+	select {
+	case res = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the fleet did not end; its log:\n%s", logs)
+	}
+	ts.wait(t)
+	if res.Err != nil || res.Finished != n {
+		t.Fatalf("fleet: %d finished, error %v; want %d\n%s", res.Finished, res.Err, n, logs)
+	}
+	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[6 6 6 6]" {
+		t.Errorf("uploads per buffer %s, want [6 6 6 6]", got)
 	}
 }
