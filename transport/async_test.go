@@ -336,3 +336,28 @@ func TestAsyncFleet(t *testing.T) {
 		t.Errorf("uploads per buffer %s, want [6 6 6 6]", got)
 	}
 }
+
+// TestAsyncLeaveWhileTraining: a client that leaves while it trains costs
+// nothing: its slot (the run's only one) goes to the idle client, and the
+// run ends.
+func TestAsyncLeaveWhileTraining(t *testing.T) {
+	c := asyncConfig(t, "ldpq", 2, 1, 1, 2)
+	ts := serve(t, ServerConfig{Run: c}, "127.0.0.1:0")
+	r := dial(t, ts.addr)
+	if err := r.join(1, 2, token); err != nil {
+		t.Fatal(err)
+	}
+	r.next(t, func(m *pb.ServerMessage) bool { return m.GetTask() != nil })
+	idle := join(t, context.Background(), ClientConfig{Server: ts.addr, ID: 0, Clients: 2})
+	waitFor(t, "client 0 to join", func() bool {
+		ts.srv.mu.Lock()
+		defer ts.srv.mu.Unlock()
+		return len(ts.srv.sessions) == 2
+	})
+	r.stream.CloseSend()
+	ts.wait(t)
+	idle.wait(t)
+	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[1 1]" {
+		t.Errorf("uploads per buffer %s, want [1 1]", got)
+	}
+}
