@@ -361,3 +361,63 @@ func TestAsyncLeaveWhileTraining(t *testing.T) {
 		t.Errorf("uploads per buffer %s, want [1 1]", got)
 	}
 }
+
+// TestAsyncRestartMidBuffer: a server stopped inside a buffer's round,
+// after a member's upload was acknowledged and while another member holds
+// the buffer open, and started again, gets that upload back: the member
+// announces its weights again, heads the queue, and sends the very same
+// upload to the restarted buffer of the same number.
+func TestAsyncRestartMidBuffer(t *testing.T) {
+	c := asyncConfig(t, "ldpq", 3, 3, 2, 3)
+	second := make(chan struct{})
+	ts := serve(t, ServerConfig{Run: c, Progress: func(r report.Round) {
+		if r.Round == 2 {
+			close(second)
+		}
+	}}, "127.0.0.1:0")
+	delay, err := ParseDelay("fixed:0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []*testClient
+	for k := range 2 {
+		cs = append(cs, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 3, Delay: delay}))
+	}
+	<-second
+	// Client 2 says Ready at once, joins buffer 3 with the first of the
+	// others, and never uploads: the buffer stays open.
+	r := dial(t, ts.addr)
+	if err := r.join(2, 3, token); err != nil {
+		t.Fatal(err)
+	}
+	task := r.next(t, func(m *pb.ServerMessage) bool { return m.GetTask() != nil }).GetTask()
+	if err := r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Ready{Ready: &pb.Ready{Version: task.GetVersion()}}}); err != nil {
+		t.Fatal(err)
+	}
+	member := -1
+	waitFor(t, "a member's upload to buffer 3", func() bool {
+		for k, cl := range cs {
+			if strings.Contains(cl.log.String(), "round 3: upload accepted") {
+				member = k
+				return true
+			}
+		}
+		return false
+	})
+	ts.cancel()
+	<-ts.done
+	again := serve(t, ServerConfig{Run: c, Gather: 2 * time.Second}, ts.addr)
+	again.wait(t)
+	for _, cl := range cs {
+		cl.wait(t)
+		if strings.Contains(cl.log.String(), "declined") {
+			t.Errorf("a client declined:\n%s", cl.log)
+		}
+	}
+	if !strings.Contains(cs[member].log.String(), "round 3: asked again (the server restarted); sending the same upload") {
+		t.Errorf("client %d did not send its upload again:\n%s", member, cs[member].log)
+	}
+	if got := fmt.Sprint(rounds(t, c.Dir())); got != "[2 2 2]" {
+		t.Errorf("uploads per buffer %s, want [2 2 2]", got)
+	}
+}
