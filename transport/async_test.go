@@ -133,7 +133,8 @@ func TestAsyncStale(t *testing.T) {
 	c := asyncConfig(t, "ldpq", 4, 4, 1, 5)
 	c.MaxStaleness = 1
 	second := make(chan struct{})
-	ts := serve(t, ServerConfig{Run: c, Progress: func(r report.Round) {
+	metrics := NewServerMetrics()
+	ts := serve(t, ServerConfig{Run: c, Metrics: metrics, Progress: func(r report.Round) {
 		if r.Round == 2 {
 			close(second)
 		}
@@ -172,6 +173,24 @@ func TestAsyncStale(t *testing.T) {
 	}
 	if !strings.Contains(ts.log.String(), "client 3: its update from model version 0 refused") {
 		t.Errorf("the server did not log the refusal:\n%s", ts.log)
+	}
+	families, err := metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		switch f.GetName() {
+		case "fedpq_server_async_staleness":
+			if n := f.GetMetric()[0].GetHistogram().GetSampleCount(); n != 5 {
+				t.Errorf("fedpq_server_async_staleness counts %d buffers, want 5", n)
+			}
+		case "fedpq_server_async_refused_total":
+			for _, m := range f.GetMetric() {
+				if m.GetLabel()[0].GetValue() == "stale" && int(m.GetCounter().GetValue()) != refused {
+					t.Errorf("fedpq_server_async_refused_total{reason=\"stale\"} %v, want %d", m.GetCounter().GetValue(), refused)
+				}
+			}
+		}
 	}
 }
 
