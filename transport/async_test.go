@@ -305,7 +305,7 @@ func TestAsyncRestart(t *testing.T) {
 	sum := again.wait(t)
 	for _, cl := range cs {
 		cl.wait(t)
-		if log := cl.log.String(); strings.Contains(log, "declined") || strings.Contains(log, "refused") {
+		if log := cl.log.String(); strings.Contains(log, "declined") || strings.Contains(log, "update from model version") {
 			t.Errorf("a client lost its update:\n%s", log)
 		}
 	}
