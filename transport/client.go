@@ -435,6 +435,13 @@ func (c *Client) prepare(y string) error {
 	if c.cfg.Byzantine.Kind != "" {
 		c.log.Printf("attacking as a Byzantine client: %v (the server is not told)", c.cfg.Byzantine)
 	}
+	switch {
+	case c.cfg.Delay.Kind == "":
+	case c.async():
+		c.routine("a straggler by choice: --delay %v after each task's training", c.cfg.Delay)
+	default:
+		c.log.Printf("--delay %v is for asynchronous runs; this run is synchronous (mode sync), and the client does not wait", c.cfg.Delay)
+	}
 	return nil
 }
 
