@@ -99,7 +99,9 @@ func (e *Engine) asyncState() *AsyncState {
 // and has the model of, times finite and in order.
 func (e *Engine) restoreAsync(s State) error {
 	if s.Async == nil {
-		if e.cfg.async() && s.Round > 0 {
+		// A deployed server's clients keep what they train (and announce
+		// it again when they rejoin): its checkpoints hold no clients.
+		if e.cfg.async() && s.Round > 0 && e.task.Clients != nil {
 			return errors.New("fl: checkpoint of a synchronous run, or of one from before mode async was saved; this run is asynchronous")
 		}
 		e.async = nil

@@ -74,6 +74,9 @@ type ClientConfig struct {
 	// the support (fl.Attack): for tests and red-teaming. The server is not
 	// told; its messages are ones an honest client could send.
 	Byzantine fl.Attack
+	// Delay, in an asynchronous run, is how long the client waits after
+	// it trained before it says Ready: stragglers for tests and demos.
+	Delay Delay
 
 	Log *log.Logger
 }
@@ -103,6 +106,9 @@ type Client struct {
 	// sends again if a restarted server asks for that round again.
 	last    *pb.Upload
 	lastRun []byte
+	// held, in an asynchronous run, is the weights the client trained and
+	// holds for a buffer (asyncclient.go).
+	held *heldWeights
 	// fleet, if not nil, is the fleet this client runs in: it shares the
 	// fleet's setup, trainers and workers, and counts into its summary.
 	fleet *Fleet
@@ -292,7 +298,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 	err = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Join{Join: &pb.Join{
 		Client: id, Clients: uint32(c.cfg.Clients), Identity: c.cfg.Key.Public().(ed25519.PublicKey),
 		Signature: ed25519.Sign(c.cfg.Key, joinSigned(hello.GetRunId(), hello.GetChallenge(), id)),
-		Token:     c.cfg.Token, Examples: uint64(len(c.su.Clients[0])),
+		Token:     c.cfg.Token, Examples: uint64(len(c.su.Clients[0])), Ready: c.announced(hello.GetRunId()),
 	}}})
 	if errors.Is(err, io.EOF) {
 		_, err = stream.Recv() // why the server ended the stream
@@ -307,6 +313,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 		return nil, false, errors.New("the server did not answer the Join with a Welcome")
 	}
 	c.routine("joined %s: run %x, after round %d", c.cfg.Server, hello.GetRunId(), m.GetWelcome().GetRoundsDone())
+	c.used(m.GetWelcome().GetRoundsDone())
 	defer c.cfg.Metrics.joined()()
 	if c.fleet != nil {
 		c.fleet.stats.connected.Add(1)
@@ -354,6 +361,12 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 				}
 				c.log.Printf("round %d: %v", b.RoundStart.GetRound(), err)
 			}
+		case *pb.ServerMessage_Task:
+			if err := c.task(ctx, stream, hello.GetRunId(), b.Task); err != nil {
+				return nil, true, err
+			}
+		case *pb.ServerMessage_Discard:
+			c.discard(b.Discard)
 		case *pb.ServerMessage_Receipt:
 			c.receipt(b.Receipt)
 		case *pb.ServerMessage_Finished:
@@ -421,6 +434,13 @@ func (c *Client) prepare(y string) error {
 	c.routine("%s: %d examples; model %s trained by %s, mechanism %s", from, len(su.Clients[0]), cfg.Model, trainer, cfg.Mechanism)
 	if c.cfg.Byzantine.Kind != "" {
 		c.log.Printf("attacking as a Byzantine client: %v (the server is not told)", c.cfg.Byzantine)
+	}
+	switch {
+	case c.cfg.Delay.Kind == "":
+	case c.async():
+		c.routine("a straggler by choice: --delay %v after each task's training", c.cfg.Delay)
+	default:
+		c.log.Printf("--delay %v is for asynchronous runs; this run is synchronous (mode sync), and the client does not wait", c.cfg.Delay)
 	}
 	return nil
 }
@@ -498,8 +518,17 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	case !c.su.Config.SecureAggregation && rs.GetSecagg() != nil:
 		return nil, c.decline(stream, t, "mismatch", fmt.Errorf("round %d has secure aggregation, but the run does not", t))
 	}
-	global, err := decodeTensors(rs.GetGlobal(), c.specs)
-	if err != nil {
+	// The model the update is encoded against: the round's, or, in an
+	// asynchronous buffer, the one the held weights were trained from.
+	var global [][]float32
+	var held *heldWeights
+	var err error
+	if c.async() {
+		if held, err = c.heldFor(runID, rs); err != nil {
+			return nil, c.decline(stream, t, "held", err)
+		}
+		global = held.base
+	} else if global, err = decodeTensors(rs.GetGlobal(), c.specs); err != nil {
 		return nil, &badRound{fmt.Errorf("the global model: %w", err)}
 	}
 	ranges, err := decodeRanges(rs.GetRanges(), c.su.Engine.RangeCount(len(c.sizes())))
@@ -542,7 +571,7 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	}
 
 	start := time.Now()
-	local, loss, err := c.train(ctx, t, global, deadline)
+	local, loss, err := c.trainRound(ctx, t, global, held, deadline)
 	sent := loss
 	if lossPrivate(c.su.Config) {
 		sent = 0 // computed on the client's data, and not privatized
@@ -557,7 +586,9 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 		return nil, &setupError{err}
 	}
 	trained := time.Since(start)
-	c.cfg.Metrics.trained(trained)
+	if held == nil {
+		c.cfg.Metrics.trained(trained)
+	}
 
 	var next *pb.ServerMessage
 	if me != nil {
@@ -581,6 +612,9 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 		if next == nil {
 			next = later
 		}
+		if held != nil {
+			held.uploaded = t
+		}
 		return next, err
 	}
 	size := 0
@@ -591,6 +625,9 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 		return next, &setupError{err}
 	}
 	c.last, c.lastRun = &pb.Upload{Round: t, Payloads: payloads, Loss: sent}, runID
+	if held != nil {
+		held.uploaded = t
+	}
 	if err := c.upload(stream, c.last); err != nil {
 		return nil, err
 	}
@@ -608,10 +645,20 @@ func (c *Client) upload(stream pb.Federation_SessionClient, u *pb.Upload) error 
 	return nil
 }
 
+// trainRound is the client's weights for round t: trained from global, or
+// in an asynchronous buffer the held weights, trained already.
+func (c *Client) trainRound(ctx context.Context, t uint32, global [][]float32, held *heldWeights, deadline time.Time) ([][]float32, float64, error) {
+	if held != nil {
+		return held.local, held.loss, nil
+	}
+	return c.train(ctx, t, global, deadline)
+}
+
 // train trains the client's model from global for round t. An external
-// trainer must answer before the round's deadline.
+// trainer must answer before the round's deadline, if there is one (an
+// asynchronous task has none: it takes the time it takes).
 func (c *Client) train(ctx context.Context, t uint32, global [][]float32, deadline time.Time) ([][]float32, float64, error) {
-	if c.su.Pool != nil {
+	if c.su.Pool != nil && !deadline.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()

@@ -29,8 +29,9 @@ type ClientMetrics struct {
 // Why a client declines a round: it answered the round before (a restarted
 // server asks again), the round's secure aggregation is not the run's, the
 // round fails the client's policy (its threshold, graph or size), masking
-// failed, or its external trainer failed.
-var declineReasons = []string{"answered", "mismatch", "policy", "masking", "trainer"}
+// failed, its external trainer failed, or (mode async) it does not hold
+// the weights a buffer asks for.
+var declineReasons = []string{"answered", "mismatch", "policy", "masking", "trainer", "held"}
 
 // NewClientMetrics makes the metrics of a process's clients, in a registry
 // of their own with Go's and the process's.

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -27,6 +28,11 @@ type live struct {
 	user                   *privacy.UserLevel // the last stated: DP-FedAvg states it at evaluated rounds only
 	rounds                 []roundPoint
 	accuracy               []accuracyPoint
+	// Mode async: clients training and queued now, the last buffer's
+	// mean staleness.
+	async            bool
+	training, queued int
+	stale            float64
 }
 
 // historyPoints bounds each history: past it, neighbours are merged
@@ -75,6 +81,18 @@ func (l *live) begin(t, chosen int, deadline time.Time) {
 func (l *live) uploaded() {
 	l.mu.Lock()
 	l.uploads++
+	l.mu.Unlock()
+}
+
+func (l *live) asyncClients(training, queued int) {
+	l.mu.Lock()
+	l.async, l.training, l.queued = true, training, queued
+	l.mu.Unlock()
+}
+
+func (l *live) staleness(mean float64) {
+	l.mu.Lock()
+	l.async, l.stale = true, mean
 	l.mu.Unlock()
 }
 
@@ -166,12 +184,17 @@ type snapshot struct {
 	User                   *privacy.UserLevel
 	Rounds                 []roundPoint
 	Accuracy               []accuracyPoint
+	Async                  string // mode async: its clients, "" in mode sync
 }
 
 func (l *live) snapshot() snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return snapshot{Now: time.Now(), Started: l.started, Serving: l.serving, Over: l.over,
+	async := ""
+	if l.async {
+		async = fmt.Sprintf("async (FedBuff): %d clients training, %d updates queued; the last buffer's mean staleness %.2f steps", l.training, l.queued, l.stale)
+	}
+	return snapshot{Async: async, Now: time.Now(), Started: l.started, Serving: l.serving, Over: l.over,
 		RunRounds: l.runRounds, Done: l.done, Round: l.round, Chosen: l.chosen, Uploads: l.uploads,
 		Deadline: l.deadline, Timeout: l.timeout, Target: l.target, Connected: l.connected, Joined: l.joined,
 		Refusals: l.refusals, Ledger: l.spent, User: l.user,

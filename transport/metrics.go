@@ -51,7 +51,17 @@ type ServerMetrics struct {
 	roundClients, roundUploads  prometheus.Gauge
 	chosen                      prometheus.Counter
 	live                        live
+
+	// Mode async (transport/async.go).
+	training, queued prometheus.Gauge
+	asyncRefusals    *prometheus.CounterVec
+	stale            prometheus.Histogram
 }
+
+// Reasons an asynchronous run refuses a client's trained weights before
+// they are sent: staler than max_staleness, or (announced again in a Join)
+// trained from a model version the server has not made.
+var asyncReasons = []string{"stale", "invalid"}
 
 // Join refusals, by what the refusal's gRPC code says: the client is not
 // admitted (a wrong or missing token, an identity not on the roster or not
@@ -101,6 +111,15 @@ func NewServerMetrics() *ServerMetrics {
 	m.roundClients = f.gauge("round_clients", "Clients chosen for the round under way, or the last one begun: the uploads it expects.")
 	m.roundUploads = f.gauge("round_uploads", "Uploads counted so far in the round under way, or the last one begun: against fedpq_server_round_clients.")
 	m.chosen = f.counter("chosen_total", "Clients chosen for the rounds completed, counted at completion: fedpq_server_dropouts_total over it is the fraction of expected uploads missing.")
+	m.training = f.gauge("async_training_clients", "Mode async: clients given a task and training now (at most the run's concurrency).")
+	m.queued = f.gauge("async_queued_updates", "Mode async: clients that finished training and wait, holding their weights, for a buffer.")
+	m.asyncRefusals = f.counterVec("async_refused_total", "Mode async: trained weights refused before they were sent (nothing charged), by reason: stale (past max_staleness), invalid (announced again from a model version the server has not made).", "reason")
+	for _, r := range asyncReasons {
+		m.asyncRefusals.WithLabelValues(r)
+	}
+	m.stale = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fedpq_server_async_staleness", Buckets: []float64{0, 0.5, 1, 2, 4, 8, 16, 32},
+		Help: "Mode async: each buffer's mean staleness, in server steps between the model an upload was trained from and the buffer's; its count is the buffers done (rounds_done counts them too)."})
+	m.reg.MustRegister(m.stale)
 	m.live.init()
 	m.reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -382,4 +401,28 @@ func kind(m proto.Message) string {
 		return string(f.Name())
 	}
 	return "empty"
+}
+
+// asyncClients records an asynchronous run's clients training and queued.
+func (m *ServerMetrics) asyncClients(training, queued int) {
+	if m != nil {
+		m.training.Set(float64(training))
+		m.queued.Set(float64(queued))
+		m.live.asyncClients(training, queued)
+	}
+}
+
+// asyncRefused counts trained weights refused for reason (asyncReasons).
+func (m *ServerMetrics) asyncRefused(reason string) {
+	if m != nil {
+		m.asyncRefusals.WithLabelValues(reason).Inc()
+	}
+}
+
+// staleness records a buffer done, of mean staleness mean.
+func (m *ServerMetrics) staleness(mean float64) {
+	if m != nil {
+		m.stale.Observe(mean)
+		m.live.staleness(mean)
+	}
 }

@@ -43,6 +43,7 @@ type pageData struct {
 	Deadline                  string
 	Late                      bool
 	Connected, Joined         int
+	Async                     string
 	Accuracy                  string
 	Refusals                  int
 	Privacy                   []observerRow
@@ -64,7 +65,7 @@ type observerRow struct {
 func newPageData(s snapshot) pageData {
 	d := pageData{Refresh: int(pageRefresh.Seconds()), Now: s.Now.UTC().Format("2006-01-02 15:04:05 UTC"),
 		Up: s.Now.Sub(s.Started).Round(time.Second).String(), Done: s.Done, RunRounds: s.RunRounds,
-		Connected: s.Connected, Joined: s.Joined, Refusals: s.Refusals, Accuracy: "not evaluated yet"}
+		Connected: s.Connected, Joined: s.Joined, Async: s.Async, Refusals: s.Refusals, Accuracy: "not evaluated yet"}
 	switch {
 	case s.Over:
 		d.Status, d.StatusClass = "finished", "done"
@@ -258,6 +259,7 @@ svg text{font:11px system-ui,sans-serif;fill:#444} .axis{stroke:#444} .grid{stro
 <tr><th>rounds done</th><td id="done">{{.Done}} of {{.RunRounds}}</td></tr>
 {{if .Round}}<tr><th>under way</th><td id="round">{{.Round}}{{if .Deadline}}, <span{{if .Late}} class="late"{{end}}>{{.Deadline}}</span>{{end}}</td></tr>{{end}}
 <tr><th>clients</th><td id="clients">{{.Connected}} connected; {{.Joined}} joined since the server started</td></tr>
+{{if .Async}}<tr><th>mode</th><td id="mode">{{.Async}}</td></tr>{{end}}
 <tr><th>test accuracy</th><td id="accuracy">{{.Accuracy}}</td></tr>
 <tr><th>refusals</th><td>{{.Refusals}} since the last round completed (joins and messages)</td></tr>
 </table>

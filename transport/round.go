@@ -240,18 +240,16 @@ func (s *Server) missing() string {
 	return "clients " + firstTen(ids)
 }
 
-// runRound runs one round among the online clients: it announces the
-// round to those chosen, waits for their uploads until they are all in or
-// gone, or the deadline, and ends the round with what it has.
-func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time) (report.Round, *phases, error) {
-	ids := make([]int, len(online))
-	for i, id := range online {
-		ids[i] = int(id)
-	}
+// runRound runs one round, planned by begin (Engine.Begin among the
+// online clients, or an asynchronous buffer's Engine.BeginBuffer): it
+// announces the round to those chosen, waits for their uploads until they
+// are all in or gone, or the deadline, and ends the round with what it
+// has.
+func (s *Server) runRound(ctx context.Context, begin func(t int) (*fl.Plan, error), begun time.Time) (report.Round, *phases, error) {
 	deadline := time.Now().Add(s.cfg.RoundTimeout)
 	s.mu.Lock()
 	t := s.eng.Done() + 1
-	plan, err := s.eng.Begin(t, ids)
+	plan, err := begin(t)
 	if err != nil {
 		s.mu.Unlock()
 		return report.Round{}, nil, err
@@ -271,7 +269,12 @@ func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time)
 	if rd.secure != nil {
 		sa = rd.secure.announce(plan)
 	}
-	shared, err := encodeShared(&pb.RoundStart{Global: encodeTensors(plan.Global), Ranges: encodeRanges(plan.Ranges), Secagg: sa})
+	common := &pb.RoundStart{Ranges: encodeRanges(plan.Ranges), Secagg: sa}
+	if plan.Staleness == nil {
+		// A buffer's members trained already, each from its own version.
+		common.Global = encodeTensors(plan.Global)
+	}
+	shared, err := encodeShared(common)
 	if err != nil {
 		s.mu.Unlock()
 		return report.Round{}, nil, fmt.Errorf("round %d: encoding its start: %w", t, err)
@@ -297,13 +300,16 @@ func (s *Server) runRound(ctx context.Context, online []uint32, begun time.Time)
 		if key, ok := plan.Pairing.SharedKey(pos); ok {
 			own.SharedKey = key[:]
 		}
+		if plan.Staleness != nil {
+			own.Version = uint32(t - 1 - plan.Staleness[pos])
+		}
 		gi, gs := plan.Pairing.Group(pos)
 		own.GroupIndex, own.GroupSize = uint32(gi), uint32(gs)
 		s.sessions[uint32(k)].send(newSharedStart(own, shared))
 	}
 	s.mu.Unlock()
 	rd.phases.mark("start")
-	s.log.Printf("round %d: %d clients, %d pairs, deadline in %v", t, len(plan.Clients), plan.Pairing.Pairs(), s.cfg.RoundTimeout)
+	s.log.Printf("%s %d: %d clients, %d pairs, deadline in %v", s.step(), t, len(plan.Clients), plan.Pairing.Pairs(), s.cfg.RoundTimeout)
 
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()

@@ -108,6 +108,7 @@ type Server struct {
 	sessions map[uint32]*session
 	changed  chan struct{} // closed, and replaced, whenever sessions or the round change
 	round    *serverRound  // the round under way, or nil
+	async    *asyncState   // mode async: the clients training and queued; nil in mode sync
 	finished *pb.Finished  // once the run is over
 }
 
@@ -232,6 +233,9 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		cfg: cfg, su: su, eng: eng, rec: rec, runID: id, yaml: y, log: cfg.Log,
 		fleet: fleet, paired: m.Coupling() == mech.Paired, pins: pinned, joined: map[uint32]time.Time{},
 		sessions: map[uint32]*session{}, changed: make(chan struct{}), checks: make(chan struct{}, runtime.GOMAXPROCS(0)),
+	}
+	if c.Mode == "async" {
+		s.async = newAsyncState()
 	}
 	if s.paired && su.Engine.Transfer {
 		s.sealed = fl.TransferBytes(m, numParams(su.Arch().Tensors())) + corr.SealedOverhead
@@ -436,6 +440,9 @@ func (s *Server) notify() {
 
 // run runs the rounds left.
 func (s *Server) run(ctx context.Context) error {
+	if s.async != nil {
+		return s.runAsync(ctx)
+	}
 	for s.eng.Done() < s.eng.Rounds() {
 		// A server told to stop between rounds starts no other: its
 		// clients would train, and a secure round's answer, for nothing.
@@ -447,36 +454,62 @@ func (s *Server) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r, took, err := s.runRound(ctx, online, begun)
-		if errors.Is(err, fl.ErrBudget) {
-			s.log.Printf("run stopped: %v", err)
-			return nil
+		ids := make([]int, len(online))
+		for i, id := range online {
+			ids[i] = int(id)
 		}
-		if err != nil {
+		r, took, err := s.runRound(ctx, func(t int) (*fl.Plan, error) { return s.eng.Begin(t, ids) }, begun)
+		if stop, err := s.record(r, took, err); stop || err != nil {
 			return err
 		}
-		err = s.rec.Round(r)
-		took.mark("checkpoint")
-		s.cfg.Metrics.completed(s.eng.Done(), &r)
-		if err != nil {
-			// The round is done and the engine has moved on; losing its
-			// record or checkpoint should not lose the run.
-			s.log.Printf("round %d: recording it: %v", r.Round, err)
-		}
-		if s.cfg.Progress != nil {
-			s.cfg.Progress(r)
-		}
-		if r.Discarded != "" {
-			s.log.Printf("round %d: aggregate discarded, the model is unchanged: %s", r.Round, r.Discarded)
-		}
-		acc := ""
-		if r.Accuracy != nil {
-			acc = fmt.Sprintf(", accuracy %.2f%%", 100**r.Accuracy)
-		}
-		s.log.Printf("round %d done: %d uploads, %d missing%s, %.3g bits/param, eps spent %g; checkpoint saved, model sha256 %x; took %s",
-			r.Round, r.Clients, r.Dropped, acc, r.UplinkBitsPerParam, r.EpsilonSpent, short(s.eng.Global()), took)
 	}
 	return nil
+}
+
+// step is what the run calls a step of its model: a round, or an
+// asynchronous run's buffer.
+func (s *Server) step() string {
+	if s.async != nil {
+		return "buffer"
+	}
+	return "round"
+}
+
+// record records round r, ended with err, and logs it; it reports whether
+// the run stops there (its privacy budget spent).
+func (s *Server) record(r report.Round, took *phases, err error) (stop bool, _ error) {
+	if errors.Is(err, fl.ErrBudget) {
+		s.log.Printf("run stopped: %v", err)
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	err = s.rec.Round(r)
+	took.mark("checkpoint")
+	s.cfg.Metrics.completed(s.eng.Done(), &r)
+	if err != nil {
+		// The round is done and the engine has moved on; losing its
+		// record or checkpoint should not lose the run.
+		s.log.Printf("round %d: recording it: %v", r.Round, err)
+	}
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(r)
+	}
+	if r.Discarded != "" {
+		s.log.Printf("round %d: aggregate discarded, the model is unchanged: %s", r.Round, r.Discarded)
+	}
+	acc := ""
+	if r.Accuracy != nil {
+		acc = fmt.Sprintf(", accuracy %.2f%%", 100**r.Accuracy)
+	}
+	stale := ""
+	if s.async != nil {
+		stale = fmt.Sprintf(", staleness mean %.2f max %d, %d refused as stale", r.Staleness, r.MaxStaleness, r.Refused)
+	}
+	s.log.Printf("%s %d done: %d uploads, %d missing%s%s, %.3g bits/param, eps spent %g; checkpoint saved, model sha256 %x; took %s",
+		s.step(), r.Round, r.Clients, r.Dropped, stale, acc, r.UplinkBitsPerParam, r.EpsilonSpent, short(s.eng.Global()), took)
+	return false, nil
 }
 
 // finish tells every client the run is over.

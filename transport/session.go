@@ -303,6 +303,12 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 	if s.finished != nil {
 		sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Finished{Finished: s.finished}})
 	}
+	if s.async != nil {
+		if r := j.GetReady(); r != nil {
+			s.reannounce(sess, r)
+		}
+		s.dispatch()
+	}
 	weighed := ""
 	if examples != claim {
 		weighed = fmt.Sprintf(", weighed as %d: %s", examples, s.weightRule(id))
@@ -376,10 +382,15 @@ func (s *Server) leave(sess *session) {
 	}
 }
 
-// drop takes a departed client out of the round under way: the round no
-// longer waits for it, and its partner, told, encodes alone; no step of a
+// drop takes a departed client out of the round under way (and, mode
+// async, its task or queued weights: another client gets its slot): the
+// round no longer waits for it, and its partner, told, encodes alone; no step of a
 // secure round waits for it again, even if it joins again. s.mu is held.
 func (s *Server) drop(sess *session) {
+	if s.async != nil {
+		s.async.forget(sess.id)
+		s.dispatch()
+	}
 	rd := s.round
 	if rd == nil {
 		return
@@ -427,6 +438,8 @@ func (s *Server) handle(sess *session, m *pb.ClientMessage) {
 		err = s.secureMessage(sess, m, nil, nil)
 	case *pb.ClientMessage_Decline:
 		err = s.decline(sess, b.Decline)
+	case *pb.ClientMessage_Ready:
+		err = s.ready(sess, b.Ready)
 	case *pb.ClientMessage_Join:
 		err = errors.New("a second Join")
 	default:

@@ -67,6 +67,14 @@ run's configuration; it never reads a client's data (docs/data.md). Clients must
 or be on the roster (--roster, lines made by fedpq keygen). If the run
 directory holds a checkpoint of the same configuration, the server resumes
 after its round; the clients reconnect by themselves.
+
+With --mode async (FedBuff) the server keeps --concurrency clients training,
+each from the model current when it was given its task; a client that
+finishes says it is ready and holds its weights; every --buffer ready
+clients form a buffer, a round among themselves (pairs, secure aggregation,
+dropouts and the deadline as above) in which each encodes against the model
+it trained from, and the server steps. Weights staler than --max-staleness
+steps are refused before they are sent (docs/training.md#deployed).
 `
 
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -220,6 +228,11 @@ whose threshold or graph would let a server that deviates, with a fraction
 than --secagg-min-clients, a round of a secure run without secure
 aggregation, and a round it answered before (recorded in --state, across
 restarts). docs/security.md says what each protects against.
+
+In an asynchronous run (the server's --mode async) the client trains when
+the server gives it a task, says it is ready, and holds its weights until a
+buffer asks for them, across reconnections and server restarts; --delay
+makes it a straggler, for tests and demos.
 `
 
 // clientPolicyFile is the YAML of fedpq client --policy: every key optional.
@@ -288,6 +301,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against, where --server dials another (an address, a port-forward); default: the host of --server")
 	seed := fs.String("seed", "", "seed the client's randomness (tests only: a deployment draws it from the system)")
 	byzantine := fs.String("byzantine", "", "attack as a Byzantine client, within the support, for tests and red-teaming: sign-flip, scale:S, label-flip, constant or extreme (docs/security.md); every client of the process attacks, and the server is not told")
+	delayFlag := fs.String("delay", "", "in an asynchronous run (mode async), wait this long after training before saying ready, to make real stragglers for tests and demos: fixed:S (S seconds), lognormal:MEDIAN_S:SIGMA (each task's wait lognormal), or tail:F:X:S (the fraction F of the run's clients, the lowest ids, X times slower: X*S seconds, the others S; as fedpq run's --speed tail:F:X); default none")
 	retry := fs.Duration("retry-for", 5*time.Minute, "how long to keep reconnecting to a lost server")
 	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state (client-K.state with --data) beside the default key. With several clients: the directory of their state files")
 	policyPath := fs.String("policy", "", "YAML file of the client's policy: require_secure_aggregation, corrupt, min_clients (the flags win)")
@@ -326,6 +340,10 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return badValue{err}
 	}
+	delay, err := transport.ParseDelay(*delayFlag)
+	if err != nil {
+		return badValue{err}
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	policy, err := clientPolicy(*policyPath, set, *require, *corrupt, *minClients)
@@ -339,7 +357,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg := transport.ClientConfig{
 		Server: *server, ID: k, Clients: n, DataDir: *dataDir, Data: *own, DataFormat: *ownFormat, Token: *token, RetryFor: *retry, Log: logger,
 		Policy: policy, State: *statePath, Trainer: *trainer, TrainerTimeout: *trainerTimeout, TrainerThreads: *trainerThreads,
-		Byzantine: attack,
+		Byzantine: attack, Delay: delay,
 	}
 	if err := clientCreds(&cfg, *ca, *useTLS, *serverName); err != nil {
 		return err

@@ -24,6 +24,8 @@ var runGroups = []helpGroup{
 		"trainer", "trainer-timeout", "trainer-threads"}},
 	{"Server strategy: which clients, the range and objective asked for, aggregation, the server's step (docs/training.md#server-strategies)",
 		[]string{"clients-per-round", "sampling", "range", "prox-mu", "weighting", "aggregator", "server-optimizer", "global-lr", "server-beta1", "server-beta2", "server-tau"}},
+	{"Asynchronous training, FedBuff (docs/training.md#asynchronous-training-fedbuff)",
+		[]string{"mode", "concurrency", "buffer", "staleness", "max-staleness", "speed", "over-select"}},
 	{"Mechanism", []string{"mechanism", "epsilon", "delta", "shared-bits", "gamma", "px", "input-bits", "budget-bits",
 		"rate", "lattice", "mod-bits", "trials", "transfer"}},
 	{"User-level DP for the whole run: DP-FedAvg (docs/privacy.md#user-level-privacy-for-the-whole-run)",
@@ -59,7 +61,7 @@ var helpGroups = map[string][]helpGroup{
 		{"Data: its own (--data), or a partition of a shared dataset (--partition)", []string{"data", "client", "data-format", "partition", "data-dir"}},
 		{"Several clients in one process (a fleet)", []string{"clients", "block", "block-size", "workers"}},
 		{"Training", []string{"trainer", "trainer-timeout", "trainer-threads"}},
-		{"Testing", []string{"seed", "byzantine"}},
+		{"Testing", []string{"seed", "byzantine", "delay"}},
 	},
 }
 

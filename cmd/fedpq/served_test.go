@@ -34,3 +34,22 @@ func TestServerFlags(t *testing.T) {
 func offers(help, name string) bool {
 	return strings.Contains(help, "\n  -"+name+" ") || strings.Contains(help, "\n  -"+name+"\n")
 }
+
+// TestAsyncFlags: fedpq server offers the asynchronous run's settings and
+// fedpq client its --delay, which it checks before connecting.
+func TestAsyncFlags(t *testing.T) {
+	_, _, help := runCLI("server", "-h")
+	for _, name := range []string{"mode", "concurrency", "buffer", "staleness", "max-staleness"} {
+		if !offers(help, name) {
+			t.Errorf("fedpq server --help lacks -%s", name)
+		}
+	}
+	_, _, help = runCLI("client", "-h")
+	if !offers(help, "delay") {
+		t.Error("fedpq client --help lacks -delay")
+	}
+	code, _, stderr := runCLI("client", "--partition", "0/2", "--delay", "tail:2:10:1")
+	if code != 2 || !strings.Contains(stderr, `delay "tail:2:10:1": the fraction must be in [0, 1]`) {
+		t.Errorf("fedpq client --delay tail:2:10:1: exit %d: %s", code, stderr)
+	}
+}

@@ -46,6 +46,7 @@ type ClientMessage struct {
 	//	*ClientMessage_SecaggConsent
 	//	*ClientMessage_Decline
 	//	*ClientMessage_SecaggDisclosure
+	//	*ClientMessage_Ready
 	Body          isClientMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -187,6 +188,15 @@ func (x *ClientMessage) GetSecaggDisclosure() *SecAggDisclosure {
 	return nil
 }
 
+func (x *ClientMessage) GetReady() *Ready {
+	if x != nil {
+		if x, ok := x.Body.(*ClientMessage_Ready); ok {
+			return x.Ready
+		}
+	}
+	return nil
+}
+
 type isClientMessage_Body interface {
 	isClientMessage_Body()
 }
@@ -235,6 +245,10 @@ type ClientMessage_SecaggDisclosure struct {
 	SecaggDisclosure *SecAggDisclosure `protobuf:"bytes,11,opt,name=secagg_disclosure,json=secaggDisclosure,proto3,oneof"`
 }
 
+type ClientMessage_Ready struct {
+	Ready *Ready `protobuf:"bytes,12,opt,name=ready,proto3,oneof"`
+}
+
 func (*ClientMessage_Join) isClientMessage_Body() {}
 
 func (*ClientMessage_KeyShare) isClientMessage_Body() {}
@@ -257,6 +271,8 @@ func (*ClientMessage_Decline) isClientMessage_Body() {}
 
 func (*ClientMessage_SecaggDisclosure) isClientMessage_Body() {}
 
+func (*ClientMessage_Ready) isClientMessage_Body() {}
+
 type ServerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Body:
@@ -275,6 +291,8 @@ type ServerMessage struct {
 	//	*ServerMessage_SecaggPartners
 	//	*ServerMessage_SecaggConsents
 	//	*ServerMessage_SecaggDisputes
+	//	*ServerMessage_Task
+	//	*ServerMessage_Discard
 	Body          isServerMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -443,6 +461,24 @@ func (x *ServerMessage) GetSecaggDisputes() *SecAggDisputes {
 	return nil
 }
 
+func (x *ServerMessage) GetTask() *Task {
+	if x != nil {
+		if x, ok := x.Body.(*ServerMessage_Task); ok {
+			return x.Task
+		}
+	}
+	return nil
+}
+
+func (x *ServerMessage) GetDiscard() *Discard {
+	if x != nil {
+		if x, ok := x.Body.(*ServerMessage_Discard); ok {
+			return x.Discard
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Body interface {
 	isServerMessage_Body()
 }
@@ -503,6 +539,14 @@ type ServerMessage_SecaggDisputes struct {
 	SecaggDisputes *SecAggDisputes `protobuf:"bytes,14,opt,name=secagg_disputes,json=secaggDisputes,proto3,oneof"`
 }
 
+type ServerMessage_Task struct {
+	Task *Task `protobuf:"bytes,15,opt,name=task,proto3,oneof"`
+}
+
+type ServerMessage_Discard struct {
+	Discard *Discard `protobuf:"bytes,16,opt,name=discard,proto3,oneof"`
+}
+
 func (*ServerMessage_Hello) isServerMessage_Body() {}
 
 func (*ServerMessage_Welcome) isServerMessage_Body() {}
@@ -530,6 +574,10 @@ func (*ServerMessage_SecaggPartners) isServerMessage_Body() {}
 func (*ServerMessage_SecaggConsents) isServerMessage_Body() {}
 
 func (*ServerMessage_SecaggDisputes) isServerMessage_Body() {}
+
+func (*ServerMessage_Task) isServerMessage_Body() {}
+
+func (*ServerMessage_Discard) isServerMessage_Body() {}
 
 // Hello opens a session.
 type Hello struct {
@@ -609,6 +657,7 @@ type Join struct {
 	Signature     []byte                 `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"` // Ed25519 over the join context, run id, challenge and client
 	Token         string                 `protobuf:"bytes,5,opt,name=token,proto3" json:"token,omitempty"`         // the join token, where the server asks for one
 	Examples      uint64                 `protobuf:"varint,6,opt,name=examples,proto3" json:"examples,omitempty"`  // the examples the client trains on
+	Ready         *Ready                 `protobuf:"bytes,7,opt,name=ready,proto3" json:"ready,omitempty"`         // mode async: the trained weights the client holds from an earlier
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,6 +732,13 @@ func (x *Join) GetExamples() uint64 {
 		return x.Examples
 	}
 	return 0
+}
+
+func (x *Join) GetReady() *Ready {
+	if x != nil {
+		return x.Ready
+	}
+	return nil
 }
 
 // Welcome accepts a Join.
@@ -796,7 +852,8 @@ type RoundStart struct {
 	GroupSize       uint32                 `protobuf:"varint,9,opt,name=group_size,json=groupSize,proto3" json:"group_size,omitempty"`
 	TimeLeftMilli   int64                  `protobuf:"varint,10,opt,name=time_left_milli,json=timeLeftMilli,proto3" json:"time_left_milli,omitempty"` // until the round's deadline: uploads after it are not counted
 	// (a duration, not a time, so that clocks need not agree)
-	Secagg        *SecAgg `protobuf:"bytes,11,opt,name=secagg,proto3" json:"secagg,omitempty"` // secure rounds: the protocol's settings
+	Secagg        *SecAgg `protobuf:"bytes,11,opt,name=secagg,proto3" json:"secagg,omitempty"`    // secure rounds: the protocol's settings
+	Version       uint32  `protobuf:"varint,12,opt,name=version,proto3" json:"version,omitempty"` // mode async: the model version the client's held weights
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -908,6 +965,185 @@ func (x *RoundStart) GetSecagg() *SecAgg {
 	return nil
 }
 
+func (x *RoundStart) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// Task asks an idle client of an asynchronous run (mode async) to train
+// from the global model of the given version (the server steps done).
+type Task struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Global        [][]byte               `protobuf:"bytes,2,rep,name=global,proto3" json:"global,omitempty"` // each tensor as little-endian float32
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Task) Reset() {
+	*x = Task{}
+	mi := &file_fedpq_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Task) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Task) ProtoMessage() {}
+
+func (x *Task) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Task.ProtoReflect.Descriptor instead.
+func (*Task) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Task) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Task) GetGlobal() [][]byte {
+	if x != nil {
+		return x.Global
+	}
+	return nil
+}
+
+// Ready tells the server of an asynchronous run that the client trained
+// from model version `version` and holds its weights, unsent, until a
+// buffer's RoundStart asks for them.
+type Ready struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Loss          float64                `protobuf:"fixed64,2,opt,name=loss,proto3" json:"loss,omitempty"`
+	Uploaded      uint32                 `protobuf:"varint,3,opt,name=uploaded,proto3" json:"uploaded,omitempty"` // in a Join: the buffer the weights were uploaded in, 0 if none
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ready) Reset() {
+	*x = Ready{}
+	mi := &file_fedpq_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ready) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ready) ProtoMessage() {}
+
+func (x *Ready) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ready.ProtoReflect.Descriptor instead.
+func (*Ready) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Ready) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Ready) GetLoss() float64 {
+	if x != nil {
+		return x.Loss
+	}
+	return 0
+}
+
+func (x *Ready) GetUploaded() uint32 {
+	if x != nil {
+		return x.Uploaded
+	}
+	return 0
+}
+
+// Discard tells a client of an asynchronous run that the weights it holds
+// will not be used (too stale, or used already): it drops them and waits
+// for its next Task.
+type Discard struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Discard) Reset() {
+	*x = Discard{}
+	mi := &file_fedpq_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Discard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Discard) ProtoMessage() {}
+
+func (x *Discard) ProtoReflect() protoreflect.Message {
+	mi := &file_fedpq_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Discard.ProtoReflect.Descriptor instead.
+func (*Discard) Descriptor() ([]byte, []int) {
+	return file_fedpq_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Discard) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Discard) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // KeyShare is a client's X25519 public key for one round and partner,
 // signed with its identity key so that the relaying server cannot replace it.
 type KeyShare struct {
@@ -923,7 +1159,7 @@ type KeyShare struct {
 
 func (x *KeyShare) Reset() {
 	*x = KeyShare{}
-	mi := &file_fedpq_proto_msgTypes[7]
+	mi := &file_fedpq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1171,7 @@ func (x *KeyShare) String() string {
 func (*KeyShare) ProtoMessage() {}
 
 func (x *KeyShare) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[7]
+	mi := &file_fedpq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1184,7 @@ func (x *KeyShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyShare.ProtoReflect.Descriptor instead.
 func (*KeyShare) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{7}
+	return file_fedpq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KeyShare) GetRound() uint32 {
@@ -1000,7 +1236,7 @@ type Sealed struct {
 
 func (x *Sealed) Reset() {
 	*x = Sealed{}
-	mi := &file_fedpq_proto_msgTypes[8]
+	mi := &file_fedpq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1248,7 @@ func (x *Sealed) String() string {
 func (*Sealed) ProtoMessage() {}
 
 func (x *Sealed) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[8]
+	mi := &file_fedpq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1261,7 @@ func (x *Sealed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sealed.ProtoReflect.Descriptor instead.
 func (*Sealed) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{8}
+	return file_fedpq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Sealed) GetRound() uint32 {
@@ -1068,7 +1304,7 @@ type PartnerGone struct {
 
 func (x *PartnerGone) Reset() {
 	*x = PartnerGone{}
-	mi := &file_fedpq_proto_msgTypes[9]
+	mi := &file_fedpq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1316,7 @@ func (x *PartnerGone) String() string {
 func (*PartnerGone) ProtoMessage() {}
 
 func (x *PartnerGone) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[9]
+	mi := &file_fedpq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1329,7 @@ func (x *PartnerGone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartnerGone.ProtoReflect.Descriptor instead.
 func (*PartnerGone) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{9}
+	return file_fedpq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PartnerGone) GetRound() uint32 {
@@ -1123,7 +1359,7 @@ type Upload struct {
 
 func (x *Upload) Reset() {
 	*x = Upload{}
-	mi := &file_fedpq_proto_msgTypes[10]
+	mi := &file_fedpq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1371,7 @@ func (x *Upload) String() string {
 func (*Upload) ProtoMessage() {}
 
 func (x *Upload) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[10]
+	mi := &file_fedpq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1384,7 @@ func (x *Upload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Upload.ProtoReflect.Descriptor instead.
 func (*Upload) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{10}
+	return file_fedpq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Upload) GetRound() uint32 {
@@ -1203,7 +1439,7 @@ type SecAgg struct {
 
 func (x *SecAgg) Reset() {
 	*x = SecAgg{}
-	mi := &file_fedpq_proto_msgTypes[11]
+	mi := &file_fedpq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1451,7 @@ func (x *SecAgg) String() string {
 func (*SecAgg) ProtoMessage() {}
 
 func (x *SecAgg) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[11]
+	mi := &file_fedpq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1464,7 @@ func (x *SecAgg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAgg.ProtoReflect.Descriptor instead.
 func (*SecAgg) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{11}
+	return file_fedpq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SecAgg) GetBits() uint32 {
@@ -1288,7 +1524,7 @@ type SecAggKeys struct {
 
 func (x *SecAggKeys) Reset() {
 	*x = SecAggKeys{}
-	mi := &file_fedpq_proto_msgTypes[12]
+	mi := &file_fedpq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1536,7 @@ func (x *SecAggKeys) String() string {
 func (*SecAggKeys) ProtoMessage() {}
 
 func (x *SecAggKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[12]
+	mi := &file_fedpq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1549,7 @@ func (x *SecAggKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggKeys.ProtoReflect.Descriptor instead.
 func (*SecAggKeys) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{12}
+	return file_fedpq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SecAggKeys) GetRound() uint32 {
@@ -1365,7 +1601,7 @@ type SecAggPeers struct {
 
 func (x *SecAggPeers) Reset() {
 	*x = SecAggPeers{}
-	mi := &file_fedpq_proto_msgTypes[13]
+	mi := &file_fedpq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1613,7 @@ func (x *SecAggPeers) String() string {
 func (*SecAggPeers) ProtoMessage() {}
 
 func (x *SecAggPeers) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[13]
+	mi := &file_fedpq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1626,7 @@ func (x *SecAggPeers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggPeers.ProtoReflect.Descriptor instead.
 func (*SecAggPeers) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{13}
+	return file_fedpq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SecAggPeers) GetRound() uint32 {
@@ -1428,7 +1664,7 @@ type SecAggShare struct {
 
 func (x *SecAggShare) Reset() {
 	*x = SecAggShare{}
-	mi := &file_fedpq_proto_msgTypes[14]
+	mi := &file_fedpq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1676,7 @@ func (x *SecAggShare) String() string {
 func (*SecAggShare) ProtoMessage() {}
 
 func (x *SecAggShare) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[14]
+	mi := &file_fedpq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1689,7 @@ func (x *SecAggShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggShare.ProtoReflect.Descriptor instead.
 func (*SecAggShare) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{14}
+	return file_fedpq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SecAggShare) GetFrom() uint32 {
@@ -1505,7 +1741,7 @@ type SecAggShares struct {
 
 func (x *SecAggShares) Reset() {
 	*x = SecAggShares{}
-	mi := &file_fedpq_proto_msgTypes[15]
+	mi := &file_fedpq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1753,7 @@ func (x *SecAggShares) String() string {
 func (*SecAggShares) ProtoMessage() {}
 
 func (x *SecAggShares) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[15]
+	mi := &file_fedpq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1766,7 @@ func (x *SecAggShares) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggShares.ProtoReflect.Descriptor instead.
 func (*SecAggShares) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{15}
+	return file_fedpq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SecAggShares) GetRound() uint32 {
@@ -1568,7 +1804,7 @@ type SecAggCheck struct {
 
 func (x *SecAggCheck) Reset() {
 	*x = SecAggCheck{}
-	mi := &file_fedpq_proto_msgTypes[16]
+	mi := &file_fedpq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1816,7 @@ func (x *SecAggCheck) String() string {
 func (*SecAggCheck) ProtoMessage() {}
 
 func (x *SecAggCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[16]
+	mi := &file_fedpq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1829,7 @@ func (x *SecAggCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggCheck.ProtoReflect.Descriptor instead.
 func (*SecAggCheck) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{16}
+	return file_fedpq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SecAggCheck) GetRound() uint32 {
@@ -1637,7 +1873,7 @@ type SecAggDisputes struct {
 
 func (x *SecAggDisputes) Reset() {
 	*x = SecAggDisputes{}
-	mi := &file_fedpq_proto_msgTypes[17]
+	mi := &file_fedpq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1885,7 @@ func (x *SecAggDisputes) String() string {
 func (*SecAggDisputes) ProtoMessage() {}
 
 func (x *SecAggDisputes) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[17]
+	mi := &file_fedpq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1898,7 @@ func (x *SecAggDisputes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggDisputes.ProtoReflect.Descriptor instead.
 func (*SecAggDisputes) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{17}
+	return file_fedpq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SecAggDisputes) GetRound() uint32 {
@@ -1698,7 +1934,7 @@ type SecAggDisclosure struct {
 
 func (x *SecAggDisclosure) Reset() {
 	*x = SecAggDisclosure{}
-	mi := &file_fedpq_proto_msgTypes[18]
+	mi := &file_fedpq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1946,7 @@ func (x *SecAggDisclosure) String() string {
 func (*SecAggDisclosure) ProtoMessage() {}
 
 func (x *SecAggDisclosure) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[18]
+	mi := &file_fedpq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1959,7 @@ func (x *SecAggDisclosure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggDisclosure.ProtoReflect.Descriptor instead.
 func (*SecAggDisclosure) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{18}
+	return file_fedpq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SecAggDisclosure) GetRound() uint32 {
@@ -1751,7 +1987,7 @@ type SecAggDisclosed struct {
 
 func (x *SecAggDisclosed) Reset() {
 	*x = SecAggDisclosed{}
-	mi := &file_fedpq_proto_msgTypes[19]
+	mi := &file_fedpq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1999,7 @@ func (x *SecAggDisclosed) String() string {
 func (*SecAggDisclosed) ProtoMessage() {}
 
 func (x *SecAggDisclosed) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[19]
+	mi := &file_fedpq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2012,7 @@ func (x *SecAggDisclosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggDisclosed.ProtoReflect.Descriptor instead.
 func (*SecAggDisclosed) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{19}
+	return file_fedpq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SecAggDisclosed) GetHolder() uint32 {
@@ -1811,7 +2047,7 @@ type SecAggPartners struct {
 
 func (x *SecAggPartners) Reset() {
 	*x = SecAggPartners{}
-	mi := &file_fedpq_proto_msgTypes[20]
+	mi := &file_fedpq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2059,7 @@ func (x *SecAggPartners) String() string {
 func (*SecAggPartners) ProtoMessage() {}
 
 func (x *SecAggPartners) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[20]
+	mi := &file_fedpq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2072,7 @@ func (x *SecAggPartners) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggPartners.ProtoReflect.Descriptor instead.
 func (*SecAggPartners) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{20}
+	return file_fedpq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SecAggPartners) GetRound() uint32 {
@@ -1866,7 +2102,7 @@ type SecAggUnmask struct {
 
 func (x *SecAggUnmask) Reset() {
 	*x = SecAggUnmask{}
-	mi := &file_fedpq_proto_msgTypes[21]
+	mi := &file_fedpq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2114,7 @@ func (x *SecAggUnmask) String() string {
 func (*SecAggUnmask) ProtoMessage() {}
 
 func (x *SecAggUnmask) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[21]
+	mi := &file_fedpq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2127,7 @@ func (x *SecAggUnmask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggUnmask.ProtoReflect.Descriptor instead.
 func (*SecAggUnmask) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{21}
+	return file_fedpq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SecAggUnmask) GetRound() uint32 {
@@ -1927,7 +2163,7 @@ type SecAggConsent struct {
 
 func (x *SecAggConsent) Reset() {
 	*x = SecAggConsent{}
-	mi := &file_fedpq_proto_msgTypes[22]
+	mi := &file_fedpq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2175,7 @@ func (x *SecAggConsent) String() string {
 func (*SecAggConsent) ProtoMessage() {}
 
 func (x *SecAggConsent) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[22]
+	mi := &file_fedpq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2188,7 @@ func (x *SecAggConsent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggConsent.ProtoReflect.Descriptor instead.
 func (*SecAggConsent) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{22}
+	return file_fedpq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SecAggConsent) GetRound() uint32 {
@@ -1984,7 +2220,7 @@ type SecAggConsents struct {
 
 func (x *SecAggConsents) Reset() {
 	*x = SecAggConsents{}
-	mi := &file_fedpq_proto_msgTypes[23]
+	mi := &file_fedpq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2232,7 @@ func (x *SecAggConsents) String() string {
 func (*SecAggConsents) ProtoMessage() {}
 
 func (x *SecAggConsents) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[23]
+	mi := &file_fedpq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2245,7 @@ func (x *SecAggConsents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggConsents.ProtoReflect.Descriptor instead.
 func (*SecAggConsents) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{23}
+	return file_fedpq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SecAggConsents) GetRound() uint32 {
@@ -2052,7 +2288,7 @@ type Decline struct {
 
 func (x *Decline) Reset() {
 	*x = Decline{}
-	mi := &file_fedpq_proto_msgTypes[24]
+	mi := &file_fedpq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2300,7 @@ func (x *Decline) String() string {
 func (*Decline) ProtoMessage() {}
 
 func (x *Decline) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[24]
+	mi := &file_fedpq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2313,7 @@ func (x *Decline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decline.ProtoReflect.Descriptor instead.
 func (*Decline) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{24}
+	return file_fedpq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Decline) GetRound() uint32 {
@@ -2105,7 +2341,7 @@ type SecAggSecret struct {
 
 func (x *SecAggSecret) Reset() {
 	*x = SecAggSecret{}
-	mi := &file_fedpq_proto_msgTypes[25]
+	mi := &file_fedpq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2353,7 @@ func (x *SecAggSecret) String() string {
 func (*SecAggSecret) ProtoMessage() {}
 
 func (x *SecAggSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[25]
+	mi := &file_fedpq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2366,7 @@ func (x *SecAggSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggSecret.ProtoReflect.Descriptor instead.
 func (*SecAggSecret) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{25}
+	return file_fedpq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SecAggSecret) GetOwner() uint32 {
@@ -2159,7 +2395,7 @@ type SecAggReveal struct {
 
 func (x *SecAggReveal) Reset() {
 	*x = SecAggReveal{}
-	mi := &file_fedpq_proto_msgTypes[26]
+	mi := &file_fedpq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2407,7 @@ func (x *SecAggReveal) String() string {
 func (*SecAggReveal) ProtoMessage() {}
 
 func (x *SecAggReveal) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[26]
+	mi := &file_fedpq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2420,7 @@ func (x *SecAggReveal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecAggReveal.ProtoReflect.Descriptor instead.
 func (*SecAggReveal) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{26}
+	return file_fedpq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SecAggReveal) GetRound() uint32 {
@@ -2220,7 +2456,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_fedpq_proto_msgTypes[27]
+	mi := &file_fedpq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2468,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[27]
+	mi := &file_fedpq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2481,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{27}
+	return file_fedpq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Receipt) GetRound() uint32 {
@@ -2279,7 +2515,7 @@ type Finished struct {
 
 func (x *Finished) Reset() {
 	*x = Finished{}
-	mi := &file_fedpq_proto_msgTypes[28]
+	mi := &file_fedpq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2527,7 @@ func (x *Finished) String() string {
 func (*Finished) ProtoMessage() {}
 
 func (x *Finished) ProtoReflect() protoreflect.Message {
-	mi := &file_fedpq_proto_msgTypes[28]
+	mi := &file_fedpq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2540,7 @@ func (x *Finished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finished.ProtoReflect.Descriptor instead.
 func (*Finished) Descriptor() ([]byte, []int) {
-	return file_fedpq_proto_rawDescGZIP(), []int{28}
+	return file_fedpq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Finished) GetRounds() uint32 {
@@ -2318,7 +2554,7 @@ var File_fedpq_proto protoreflect.FileDescriptor
 
 const file_fedpq_proto_rawDesc = "" +
 	"\n" +
-	"\vfedpq.proto\x12\bfedpq.v1\"\xf7\x04\n" +
+	"\vfedpq.proto\x12\bfedpq.v1\"\xa0\x05\n" +
 	"\rClientMessage\x12$\n" +
 	"\x04join\x18\x01 \x01(\v2\x0e.fedpq.v1.JoinH\x00R\x04join\x121\n" +
 	"\tkey_share\x18\x02 \x01(\v2\x12.fedpq.v1.KeyShareH\x00R\bkeyShare\x12*\n" +
@@ -2332,8 +2568,9 @@ const file_fedpq_proto_rawDesc = "" +
 	"\x0esecagg_consent\x18\t \x01(\v2\x17.fedpq.v1.SecAggConsentH\x00R\rsecaggConsent\x12-\n" +
 	"\adecline\x18\n" +
 	" \x01(\v2\x11.fedpq.v1.DeclineH\x00R\adecline\x12I\n" +
-	"\x11secagg_disclosure\x18\v \x01(\v2\x1a.fedpq.v1.SecAggDisclosureH\x00R\x10secaggDisclosureB\x06\n" +
-	"\x04body\"\xbe\x06\n" +
+	"\x11secagg_disclosure\x18\v \x01(\v2\x1a.fedpq.v1.SecAggDisclosureH\x00R\x10secaggDisclosure\x12'\n" +
+	"\x05ready\x18\f \x01(\v2\x0f.fedpq.v1.ReadyH\x00R\x05readyB\x06\n" +
+	"\x04body\"\x93\a\n" +
 	"\rServerMessage\x12'\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0f.fedpq.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\awelcome\x18\x02 \x01(\v2\x11.fedpq.v1.WelcomeH\x00R\awelcome\x127\n" +
@@ -2351,27 +2588,30 @@ const file_fedpq_proto_rawDesc = "" +
 	"\rsecagg_unmask\x18\v \x01(\v2\x16.fedpq.v1.SecAggUnmaskH\x00R\fsecaggUnmask\x12C\n" +
 	"\x0fsecagg_partners\x18\f \x01(\v2\x18.fedpq.v1.SecAggPartnersH\x00R\x0esecaggPartners\x12C\n" +
 	"\x0fsecagg_consents\x18\r \x01(\v2\x18.fedpq.v1.SecAggConsentsH\x00R\x0esecaggConsents\x12C\n" +
-	"\x0fsecagg_disputes\x18\x0e \x01(\v2\x18.fedpq.v1.SecAggDisputesH\x00R\x0esecaggDisputesB\x06\n" +
+	"\x0fsecagg_disputes\x18\x0e \x01(\v2\x18.fedpq.v1.SecAggDisputesH\x00R\x0esecaggDisputes\x12$\n" +
+	"\x04task\x18\x0f \x01(\v2\x0e.fedpq.v1.TaskH\x00R\x04task\x12-\n" +
+	"\adiscard\x18\x10 \x01(\v2\x11.fedpq.v1.DiscardH\x00R\adiscardB\x06\n" +
 	"\x04body\"u\n" +
 	"\x05Hello\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\fR\x05runId\x12\x1c\n" +
 	"\tchallenge\x18\x02 \x01(\fR\tchallenge\x12\x1f\n" +
 	"\vconfig_yaml\x18\x03 \x01(\tR\n" +
 	"configYaml\x12\x16\n" +
-	"\x06beacon\x18\x04 \x01(\fR\x06beacon\"\xa4\x01\n" +
+	"\x06beacon\x18\x04 \x01(\fR\x06beacon\"\xcb\x01\n" +
 	"\x04Join\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\rR\x06client\x12\x18\n" +
 	"\aclients\x18\x02 \x01(\rR\aclients\x12\x1a\n" +
 	"\bidentity\x18\x03 \x01(\fR\bidentity\x12\x1c\n" +
 	"\tsignature\x18\x04 \x01(\fR\tsignature\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\tR\x05token\x12\x1a\n" +
-	"\bexamples\x18\x06 \x01(\x04R\bexamples\"*\n" +
+	"\bexamples\x18\x06 \x01(\x04R\bexamples\x12%\n" +
+	"\x05ready\x18\a \x01(\v2\x0f.fedpq.v1.ReadyR\x05ready\"*\n" +
 	"\aWelcome\x12\x1f\n" +
 	"\vrounds_done\x18\x01 \x01(\rR\n" +
 	"roundsDone\"7\n" +
 	"\x05Range\x12\x16\n" +
 	"\x06center\x18\x01 \x01(\x01R\x06center\x12\x16\n" +
-	"\x06radius\x18\x02 \x01(\x01R\x06radius\"\xf5\x02\n" +
+	"\x06radius\x18\x02 \x01(\x01R\x06radius\"\x8f\x03\n" +
 	"\n" +
 	"RoundStart\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x1a\n" +
@@ -2388,7 +2628,18 @@ const file_fedpq_proto_rawDesc = "" +
 	"group_size\x18\t \x01(\rR\tgroupSize\x12&\n" +
 	"\x0ftime_left_milli\x18\n" +
 	" \x01(\x03R\rtimeLeftMilli\x12(\n" +
-	"\x06secagg\x18\v \x01(\v2\x10.fedpq.v1.SecAggR\x06secagg\"\x8f\x01\n" +
+	"\x06secagg\x18\v \x01(\v2\x10.fedpq.v1.SecAggR\x06secagg\x12\x18\n" +
+	"\aversion\x18\f \x01(\rR\aversion\"8\n" +
+	"\x04Task\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
+	"\x06global\x18\x02 \x03(\fR\x06global\"Q\n" +
+	"\x05Ready\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04loss\x18\x02 \x01(\x01R\x04loss\x12\x1a\n" +
+	"\buploaded\x18\x03 \x01(\rR\buploaded\";\n" +
+	"\aDiscard\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x8f\x01\n" +
 	"\bKeyShare\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12\x16\n" +
 	"\x06client\x18\x02 \x01(\rR\x06client\x12\x18\n" +
@@ -2514,7 +2765,7 @@ func file_fedpq_proto_rawDescGZIP() []byte {
 	return file_fedpq_proto_rawDescData
 }
 
-var file_fedpq_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_fedpq_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_fedpq_proto_goTypes = []any{
 	(*ClientMessage)(nil),    // 0: fedpq.v1.ClientMessage
 	(*ServerMessage)(nil),    // 1: fedpq.v1.ServerMessage
@@ -2523,70 +2774,77 @@ var file_fedpq_proto_goTypes = []any{
 	(*Welcome)(nil),          // 4: fedpq.v1.Welcome
 	(*Range)(nil),            // 5: fedpq.v1.Range
 	(*RoundStart)(nil),       // 6: fedpq.v1.RoundStart
-	(*KeyShare)(nil),         // 7: fedpq.v1.KeyShare
-	(*Sealed)(nil),           // 8: fedpq.v1.Sealed
-	(*PartnerGone)(nil),      // 9: fedpq.v1.PartnerGone
-	(*Upload)(nil),           // 10: fedpq.v1.Upload
-	(*SecAgg)(nil),           // 11: fedpq.v1.SecAgg
-	(*SecAggKeys)(nil),       // 12: fedpq.v1.SecAggKeys
-	(*SecAggPeers)(nil),      // 13: fedpq.v1.SecAggPeers
-	(*SecAggShare)(nil),      // 14: fedpq.v1.SecAggShare
-	(*SecAggShares)(nil),     // 15: fedpq.v1.SecAggShares
-	(*SecAggCheck)(nil),      // 16: fedpq.v1.SecAggCheck
-	(*SecAggDisputes)(nil),   // 17: fedpq.v1.SecAggDisputes
-	(*SecAggDisclosure)(nil), // 18: fedpq.v1.SecAggDisclosure
-	(*SecAggDisclosed)(nil),  // 19: fedpq.v1.SecAggDisclosed
-	(*SecAggPartners)(nil),   // 20: fedpq.v1.SecAggPartners
-	(*SecAggUnmask)(nil),     // 21: fedpq.v1.SecAggUnmask
-	(*SecAggConsent)(nil),    // 22: fedpq.v1.SecAggConsent
-	(*SecAggConsents)(nil),   // 23: fedpq.v1.SecAggConsents
-	(*Decline)(nil),          // 24: fedpq.v1.Decline
-	(*SecAggSecret)(nil),     // 25: fedpq.v1.SecAggSecret
-	(*SecAggReveal)(nil),     // 26: fedpq.v1.SecAggReveal
-	(*Receipt)(nil),          // 27: fedpq.v1.Receipt
-	(*Finished)(nil),         // 28: fedpq.v1.Finished
+	(*Task)(nil),             // 7: fedpq.v1.Task
+	(*Ready)(nil),            // 8: fedpq.v1.Ready
+	(*Discard)(nil),          // 9: fedpq.v1.Discard
+	(*KeyShare)(nil),         // 10: fedpq.v1.KeyShare
+	(*Sealed)(nil),           // 11: fedpq.v1.Sealed
+	(*PartnerGone)(nil),      // 12: fedpq.v1.PartnerGone
+	(*Upload)(nil),           // 13: fedpq.v1.Upload
+	(*SecAgg)(nil),           // 14: fedpq.v1.SecAgg
+	(*SecAggKeys)(nil),       // 15: fedpq.v1.SecAggKeys
+	(*SecAggPeers)(nil),      // 16: fedpq.v1.SecAggPeers
+	(*SecAggShare)(nil),      // 17: fedpq.v1.SecAggShare
+	(*SecAggShares)(nil),     // 18: fedpq.v1.SecAggShares
+	(*SecAggCheck)(nil),      // 19: fedpq.v1.SecAggCheck
+	(*SecAggDisputes)(nil),   // 20: fedpq.v1.SecAggDisputes
+	(*SecAggDisclosure)(nil), // 21: fedpq.v1.SecAggDisclosure
+	(*SecAggDisclosed)(nil),  // 22: fedpq.v1.SecAggDisclosed
+	(*SecAggPartners)(nil),   // 23: fedpq.v1.SecAggPartners
+	(*SecAggUnmask)(nil),     // 24: fedpq.v1.SecAggUnmask
+	(*SecAggConsent)(nil),    // 25: fedpq.v1.SecAggConsent
+	(*SecAggConsents)(nil),   // 26: fedpq.v1.SecAggConsents
+	(*Decline)(nil),          // 27: fedpq.v1.Decline
+	(*SecAggSecret)(nil),     // 28: fedpq.v1.SecAggSecret
+	(*SecAggReveal)(nil),     // 29: fedpq.v1.SecAggReveal
+	(*Receipt)(nil),          // 30: fedpq.v1.Receipt
+	(*Finished)(nil),         // 31: fedpq.v1.Finished
 }
 var file_fedpq_proto_depIdxs = []int32{
 	3,  // 0: fedpq.v1.ClientMessage.join:type_name -> fedpq.v1.Join
-	7,  // 1: fedpq.v1.ClientMessage.key_share:type_name -> fedpq.v1.KeyShare
-	8,  // 2: fedpq.v1.ClientMessage.sealed:type_name -> fedpq.v1.Sealed
-	10, // 3: fedpq.v1.ClientMessage.upload:type_name -> fedpq.v1.Upload
-	12, // 4: fedpq.v1.ClientMessage.secagg_keys:type_name -> fedpq.v1.SecAggKeys
-	15, // 5: fedpq.v1.ClientMessage.secagg_shares:type_name -> fedpq.v1.SecAggShares
-	26, // 6: fedpq.v1.ClientMessage.secagg_reveal:type_name -> fedpq.v1.SecAggReveal
-	16, // 7: fedpq.v1.ClientMessage.secagg_check:type_name -> fedpq.v1.SecAggCheck
-	22, // 8: fedpq.v1.ClientMessage.secagg_consent:type_name -> fedpq.v1.SecAggConsent
-	24, // 9: fedpq.v1.ClientMessage.decline:type_name -> fedpq.v1.Decline
-	18, // 10: fedpq.v1.ClientMessage.secagg_disclosure:type_name -> fedpq.v1.SecAggDisclosure
-	2,  // 11: fedpq.v1.ServerMessage.hello:type_name -> fedpq.v1.Hello
-	4,  // 12: fedpq.v1.ServerMessage.welcome:type_name -> fedpq.v1.Welcome
-	6,  // 13: fedpq.v1.ServerMessage.round_start:type_name -> fedpq.v1.RoundStart
-	7,  // 14: fedpq.v1.ServerMessage.partner_key:type_name -> fedpq.v1.KeyShare
-	8,  // 15: fedpq.v1.ServerMessage.partner_sealed:type_name -> fedpq.v1.Sealed
-	9,  // 16: fedpq.v1.ServerMessage.partner_gone:type_name -> fedpq.v1.PartnerGone
-	27, // 17: fedpq.v1.ServerMessage.receipt:type_name -> fedpq.v1.Receipt
-	28, // 18: fedpq.v1.ServerMessage.finished:type_name -> fedpq.v1.Finished
-	13, // 19: fedpq.v1.ServerMessage.secagg_peers:type_name -> fedpq.v1.SecAggPeers
-	15, // 20: fedpq.v1.ServerMessage.secagg_inbox:type_name -> fedpq.v1.SecAggShares
-	21, // 21: fedpq.v1.ServerMessage.secagg_unmask:type_name -> fedpq.v1.SecAggUnmask
-	20, // 22: fedpq.v1.ServerMessage.secagg_partners:type_name -> fedpq.v1.SecAggPartners
-	23, // 23: fedpq.v1.ServerMessage.secagg_consents:type_name -> fedpq.v1.SecAggConsents
-	17, // 24: fedpq.v1.ServerMessage.secagg_disputes:type_name -> fedpq.v1.SecAggDisputes
-	5,  // 25: fedpq.v1.RoundStart.ranges:type_name -> fedpq.v1.Range
-	11, // 26: fedpq.v1.RoundStart.secagg:type_name -> fedpq.v1.SecAgg
-	12, // 27: fedpq.v1.SecAggPeers.keys:type_name -> fedpq.v1.SecAggKeys
-	14, // 28: fedpq.v1.SecAggShares.shares:type_name -> fedpq.v1.SecAggShare
-	16, // 29: fedpq.v1.SecAggDisputes.checks:type_name -> fedpq.v1.SecAggCheck
-	19, // 30: fedpq.v1.SecAggDisclosure.shares:type_name -> fedpq.v1.SecAggDisclosed
-	25, // 31: fedpq.v1.SecAggReveal.self:type_name -> fedpq.v1.SecAggSecret
-	25, // 32: fedpq.v1.SecAggReveal.pair:type_name -> fedpq.v1.SecAggSecret
-	0,  // 33: fedpq.v1.Federation.Session:input_type -> fedpq.v1.ClientMessage
-	1,  // 34: fedpq.v1.Federation.Session:output_type -> fedpq.v1.ServerMessage
-	34, // [34:35] is the sub-list for method output_type
-	33, // [33:34] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	10, // 1: fedpq.v1.ClientMessage.key_share:type_name -> fedpq.v1.KeyShare
+	11, // 2: fedpq.v1.ClientMessage.sealed:type_name -> fedpq.v1.Sealed
+	13, // 3: fedpq.v1.ClientMessage.upload:type_name -> fedpq.v1.Upload
+	15, // 4: fedpq.v1.ClientMessage.secagg_keys:type_name -> fedpq.v1.SecAggKeys
+	18, // 5: fedpq.v1.ClientMessage.secagg_shares:type_name -> fedpq.v1.SecAggShares
+	29, // 6: fedpq.v1.ClientMessage.secagg_reveal:type_name -> fedpq.v1.SecAggReveal
+	19, // 7: fedpq.v1.ClientMessage.secagg_check:type_name -> fedpq.v1.SecAggCheck
+	25, // 8: fedpq.v1.ClientMessage.secagg_consent:type_name -> fedpq.v1.SecAggConsent
+	27, // 9: fedpq.v1.ClientMessage.decline:type_name -> fedpq.v1.Decline
+	21, // 10: fedpq.v1.ClientMessage.secagg_disclosure:type_name -> fedpq.v1.SecAggDisclosure
+	8,  // 11: fedpq.v1.ClientMessage.ready:type_name -> fedpq.v1.Ready
+	2,  // 12: fedpq.v1.ServerMessage.hello:type_name -> fedpq.v1.Hello
+	4,  // 13: fedpq.v1.ServerMessage.welcome:type_name -> fedpq.v1.Welcome
+	6,  // 14: fedpq.v1.ServerMessage.round_start:type_name -> fedpq.v1.RoundStart
+	10, // 15: fedpq.v1.ServerMessage.partner_key:type_name -> fedpq.v1.KeyShare
+	11, // 16: fedpq.v1.ServerMessage.partner_sealed:type_name -> fedpq.v1.Sealed
+	12, // 17: fedpq.v1.ServerMessage.partner_gone:type_name -> fedpq.v1.PartnerGone
+	30, // 18: fedpq.v1.ServerMessage.receipt:type_name -> fedpq.v1.Receipt
+	31, // 19: fedpq.v1.ServerMessage.finished:type_name -> fedpq.v1.Finished
+	16, // 20: fedpq.v1.ServerMessage.secagg_peers:type_name -> fedpq.v1.SecAggPeers
+	18, // 21: fedpq.v1.ServerMessage.secagg_inbox:type_name -> fedpq.v1.SecAggShares
+	24, // 22: fedpq.v1.ServerMessage.secagg_unmask:type_name -> fedpq.v1.SecAggUnmask
+	23, // 23: fedpq.v1.ServerMessage.secagg_partners:type_name -> fedpq.v1.SecAggPartners
+	26, // 24: fedpq.v1.ServerMessage.secagg_consents:type_name -> fedpq.v1.SecAggConsents
+	20, // 25: fedpq.v1.ServerMessage.secagg_disputes:type_name -> fedpq.v1.SecAggDisputes
+	7,  // 26: fedpq.v1.ServerMessage.task:type_name -> fedpq.v1.Task
+	9,  // 27: fedpq.v1.ServerMessage.discard:type_name -> fedpq.v1.Discard
+	8,  // 28: fedpq.v1.Join.ready:type_name -> fedpq.v1.Ready
+	5,  // 29: fedpq.v1.RoundStart.ranges:type_name -> fedpq.v1.Range
+	14, // 30: fedpq.v1.RoundStart.secagg:type_name -> fedpq.v1.SecAgg
+	15, // 31: fedpq.v1.SecAggPeers.keys:type_name -> fedpq.v1.SecAggKeys
+	17, // 32: fedpq.v1.SecAggShares.shares:type_name -> fedpq.v1.SecAggShare
+	19, // 33: fedpq.v1.SecAggDisputes.checks:type_name -> fedpq.v1.SecAggCheck
+	22, // 34: fedpq.v1.SecAggDisclosure.shares:type_name -> fedpq.v1.SecAggDisclosed
+	28, // 35: fedpq.v1.SecAggReveal.self:type_name -> fedpq.v1.SecAggSecret
+	28, // 36: fedpq.v1.SecAggReveal.pair:type_name -> fedpq.v1.SecAggSecret
+	0,  // 37: fedpq.v1.Federation.Session:input_type -> fedpq.v1.ClientMessage
+	1,  // 38: fedpq.v1.Federation.Session:output_type -> fedpq.v1.ServerMessage
+	38, // [38:39] is the sub-list for method output_type
+	37, // [37:38] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_fedpq_proto_init() }
@@ -2606,6 +2864,7 @@ func file_fedpq_proto_init() {
 		(*ClientMessage_SecaggConsent)(nil),
 		(*ClientMessage_Decline)(nil),
 		(*ClientMessage_SecaggDisclosure)(nil),
+		(*ClientMessage_Ready)(nil),
 	}
 	file_fedpq_proto_msgTypes[1].OneofWrappers = []any{
 		(*ServerMessage_Hello)(nil),
@@ -2622,6 +2881,8 @@ func file_fedpq_proto_init() {
 		(*ServerMessage_SecaggPartners)(nil),
 		(*ServerMessage_SecaggConsents)(nil),
 		(*ServerMessage_SecaggDisputes)(nil),
+		(*ServerMessage_Task)(nil),
+		(*ServerMessage_Discard)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2629,7 +2890,7 @@ func file_fedpq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fedpq_proto_rawDesc), len(file_fedpq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,277 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fedpq/fedpq/fl"
+	pb "github.com/fedpq/fedpq/transport/fedpqpb"
+)
+
+// A deployed asynchronous run (mode async, FedBuff): the server keeps at
+// most Concurrency clients training, each from the model current when it
+// was given its Task; a client that finishes says Ready and holds its
+// weights, unsent; once Buffer clients are queued, and no buffer is under
+// way, they form the next buffer (fl.Engine.BeginBuffer), a round among
+// themselves with the round machinery of a synchronous run (pairs, a
+// secure round, dropouts, the deadline), in which each encodes against the
+// model it trained from. Clients go on training and queueing meanwhile.
+// Staleness is checked when a client says Ready and again when its buffer
+// begins: past MaxStaleness its weights are refused (a Discard with the
+// reason) before anything of them is sent, so nothing is charged.
+
+// asyncState is the clients of an asynchronous run between buffers.
+// Guarded by Server.mu.
+type asyncState struct {
+	tasks   map[uint32]int  // training: the model version each trains from
+	queue   []readyUpdate   // said Ready, waiting for a buffer, in order
+	members map[uint32]bool // in the buffer under way
+	refused int             // Ready refused as stale since the last step
+	// task is the current version's Task, its tensors encoded once for
+	// every client that gets it.
+	task *pb.Task
+	next uint32 // the id after the last client given a task: tasks go round the clients
+}
+
+// readyUpdate is a client's trained weights, held by the client, that a
+// buffer may ask for.
+type readyUpdate struct {
+	id      uint32
+	version int
+}
+
+func newAsyncState() *asyncState {
+	return &asyncState{tasks: map[uint32]int{}, members: map[uint32]bool{}}
+}
+
+// busy reports whether client id trains, waits in the queue or is in the
+// buffer under way.
+func (a *asyncState) busy(id uint32) bool {
+	_, training := a.tasks[id]
+	return training || a.members[id] || slices.ContainsFunc(a.queue, func(u readyUpdate) bool { return u.id == id })
+}
+
+// forget takes a departed client's task and queued weights out: a client
+// that leaves while training or queued costs nothing, and its slot goes to
+// another client.
+func (a *asyncState) forget(id uint32) {
+	delete(a.tasks, id)
+	a.queue = slices.DeleteFunc(a.queue, func(u readyUpdate) bool { return u.id == id })
+}
+
+// dispatch gives Tasks to idle connected clients until Concurrency train,
+// going round the clients by id. s.mu is held.
+func (s *Server) dispatch() {
+	a := s.async
+	if a == nil || s.finished != nil || s.eng.Done() >= s.eng.Rounds() {
+		return
+	}
+	m := s.cfg.Run.Concurrency
+	if len(a.tasks) >= m {
+		return
+	}
+	ids := make([]uint32, 0, len(s.sessions))
+	for id, ss := range s.sessions {
+		if ss.ctx.Err() == nil && !a.busy(id) { // a session replaced or leaving gets nothing
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	// From the id after the last one given a task, and round.
+	i, _ := slices.BinarySearch(ids, a.next)
+	ids = slices.Concat(ids[i:], ids[:i])
+	v := s.eng.Done()
+	if a.task == nil || int(a.task.GetVersion()) != v {
+		a.task = &pb.Task{Version: uint32(v), Global: encodeTensors(s.eng.Global())}
+	}
+	for _, id := range ids {
+		if len(a.tasks) >= m {
+			break
+		}
+		a.tasks[id] = v
+		a.next = id + 1
+		s.sessions[id].send(&pb.ServerMessage{Body: &pb.ServerMessage_Task{Task: a.task}})
+	}
+	s.cfg.Metrics.asyncClients(len(a.tasks), len(a.queue))
+}
+
+// ready queues the weights sess trained for its task. A Ready without a
+// task, or for another version than its task's, is refused: one task in
+// flight per client, so that a flood of them costs the server nothing.
+// s.mu is held.
+func (s *Server) ready(sess *session, r *pb.Ready) error {
+	a := s.async
+	if a == nil {
+		return errors.New("a Ready, but the run is synchronous (mode sync)")
+	}
+	v, ok := a.tasks[sess.id]
+	switch {
+	case !ok:
+		return errors.New("a Ready without a task (one task in flight per client)")
+	case int(r.GetVersion()) != v:
+		return fmt.Errorf("a Ready for model version %d; its task is version %d", r.GetVersion(), v)
+	}
+	delete(a.tasks, sess.id)
+	s.enqueue(sess, v, false)
+	s.dispatch()
+	s.notify()
+	return nil
+}
+
+// reannounce acts on the Ready of a Join: weights the client trained and
+// held across a lost connection or a server restart. Weights already used
+// (uploaded in a buffer that ended) are ignored; those uploaded in the
+// buffer the server lost in a restart (the next one) go to the head of the
+// queue, so that the restarted buffer gets them back; the others queue as
+// any Ready. A client in the buffer under way is its dropout: its weights
+// wait for the buffer's end, and its next Task. s.mu is held.
+func (s *Server) reannounce(sess *session, r *pb.Ready) {
+	a, done := s.async, s.eng.Done()
+	v, up := int(r.GetVersion()), int(r.GetUploaded())
+	switch {
+	case a.members[sess.id]:
+		return
+	case v > done:
+		s.discard(sess, v, fmt.Sprintf("weights trained from model version %d, but the server has made %d steps", v, done), "invalid")
+		return
+	case up != 0 && up <= done:
+		return // used by a buffer that ended: the client drops them itself (Welcome.rounds_done)
+	}
+	s.log.Printf("client %d: announced again its update from model version %d (uploaded in buffer %d, 0: none); queued", sess.id, v, up)
+	s.enqueue(sess, v, up == done+1)
+}
+
+// enqueue queues sess's weights trained from version v, at the head if
+// first, unless they are staler than MaxStaleness. s.mu is held.
+func (s *Server) enqueue(sess *session, v int, first bool) {
+	a := s.async
+	if st := s.eng.Done() - v; s.stale(st) {
+		s.discard(sess, v, s.staleReason(v, st), "stale")
+		return
+	}
+	u := readyUpdate{id: sess.id, version: v}
+	if first {
+		a.queue = slices.Insert(a.queue, 0, u)
+	} else {
+		a.queue = append(a.queue, u)
+	}
+	s.cfg.Metrics.asyncClients(len(a.tasks), len(a.queue))
+}
+
+// stale reports whether an upload st steps stale is past MaxStaleness.
+func (s *Server) stale(st int) bool {
+	return s.cfg.Run.MaxStaleness > 0 && st > s.cfg.Run.MaxStaleness
+}
+
+func (s *Server) staleReason(v, st int) string {
+	return fmt.Sprintf("weights trained from model version %d are %d steps stale, past max_staleness %d: refused before they were sent, nothing charged",
+		v, st, s.cfg.Run.MaxStaleness)
+}
+
+// discard tells sess that its weights of version v will not be used, and
+// why; reason is the metrics' label. s.mu is held.
+func (s *Server) discard(sess *session, v int, why, reason string) {
+	if reason == "stale" {
+		s.async.refused++
+	}
+	s.cfg.Metrics.asyncRefused(reason)
+	s.log.Printf("client %d: its update from model version %d refused: %s", sess.id, v, why)
+	sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Discard{Discard: &pb.Discard{Version: uint32(v), Reason: why}}})
+}
+
+// runAsync runs the buffers left: each made of the first Buffer clients
+// queued, run as a round among them, recorded as a round is.
+func (s *Server) runAsync(ctx context.Context) error {
+	s.mu.Lock()
+	s.dispatch()
+	s.mu.Unlock()
+	first := true
+	for s.eng.Done() < s.eng.Rounds() {
+		begun := time.Now()
+		ids, versions, err := s.nextBuffer(ctx, first)
+		first = false
+		if err != nil {
+			return err
+		}
+		r, took, err := s.runRound(ctx, func(t int) (*fl.Plan, error) { return s.eng.BeginBuffer(t, ids, versions) }, begun)
+		s.mu.Lock()
+		r.Refused, s.async.refused = s.async.refused, 0
+		s.mu.Unlock()
+		stop, err := s.record(r, took, err)
+		s.mu.Lock()
+		clear(s.async.members) // idle: each gets its next Task
+		s.dispatch()
+		s.notify()
+		s.mu.Unlock()
+		if stop || err != nil {
+			return err
+		}
+		s.cfg.Metrics.staleness(r.Staleness)
+	}
+	return nil
+}
+
+// nextBuffer waits until Buffer clients are queued, refuses those grown
+// staler than MaxStaleness while they waited, and takes the first Buffer
+// as the next buffer's members: their ids, increasing, and versions. The
+// server's first buffer waits Gather more once it could start, so that
+// clients that held weights across a restart announce them again first
+// (those of the buffer a restart interrupted go to the queue's head).
+func (s *Server) nextBuffer(ctx context.Context, first bool) (ids, versions []int, err error) {
+	k := s.cfg.Run.Buffer
+	var logged, full time.Time
+	start := time.Now()
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		s.mu.Lock()
+		a := s.async
+		a.queue = slices.DeleteFunc(a.queue, func(u readyUpdate) bool {
+			st := s.eng.Done() - u.version
+			if s.stale(st) {
+				s.discard(s.sessions[u.id], u.version, s.staleReason(u.version, st), "stale")
+				return true
+			}
+			return false
+		})
+		if len(a.queue) >= k && full.IsZero() {
+			full = time.Now()
+		}
+		wait := 30 * time.Second
+		if first && !full.IsZero() {
+			wait = min(wait, s.cfg.Gather-time.Since(full))
+		}
+		if len(a.queue) >= k && (!first || wait <= 0) {
+			buf := a.queue[:k]
+			a.queue = slices.Clone(a.queue[k:])
+			slices.SortFunc(buf, func(x, y readyUpdate) int { return int(x.id) - int(y.id) })
+			for _, u := range buf {
+				a.members[u.id] = true
+				ids = append(ids, int(u.id))
+				versions = append(versions, u.version)
+			}
+			s.cfg.Metrics.asyncClients(len(a.tasks), len(a.queue))
+			s.mu.Unlock()
+			return ids, versions, nil
+		}
+		if time.Since(logged) >= 30*time.Second {
+			if !logged.IsZero() {
+				s.log.Printf("buffer %d: waiting %v for %d updates: %d queued, %d clients training, %d connected",
+					s.eng.Done()+1, time.Since(start).Round(time.Second), k, len(a.queue), len(a.tasks), len(s.sessions))
+			}
+			logged = time.Now()
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
