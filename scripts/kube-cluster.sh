@@ -138,6 +138,17 @@ teardown() {
   done
   [ -x "$bin/kube-proxy" ] && [ -f "$work/pids/kube-proxy" ] && "$bin/kube-proxy" --cleanup >/dev/null 2>&1
   ip link del $bridge >/dev/null 2>&1
+  # The kubelet's own chains (KUBE-FIREWALL, which drops outside packets to
+  # 127.0.0.0/8, and its canaries), for IPv4 and IPv6, unless another
+  # kubelet's were there before this one started.
+  if [ "${kubelet_chains_ours:-0}" = 1 ]; then
+    for ipt in iptables ip6tables; do
+      for ch in INPUT OUTPUT; do while $ipt -t filter -D $ch -j KUBE-FIREWALL 2>/dev/null; do :; done; done
+      for t in filter nat mangle; do
+        for c in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do $ipt -t $t -F $c 2>/dev/null && $ipt -t $t -X $c 2>/dev/null; done
+      done
+    done
+  fi
   # CNI's masquerade rules for this cluster's pods, if a sandbox was not torn down.
   iptables -t nat -S POSTROUTING 2>/dev/null | grep -- "-s 10.244.7." | sed 's/^-A/-D/' | while read -r r; do eval iptables -t nat "$r"; done
   for m in $(awk -v w="$work" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r); do umount -l "$m" 2>/dev/null; done
@@ -160,8 +171,11 @@ fail() {
 # anew on each try.
 until_ok() {
   local s=$1 what=$2; shift 2
-  for _ in $(seq $((s * 2))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
-  fail "$what (after $s s)"
+  local end=$(($(date +%s) + s))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt $end ] || fail "$what (after $s s)"
+    sleep 0.5
+  done
 }
 
 # --- etcd and the control plane -------------------------------------------------
@@ -201,6 +215,13 @@ say "kube-controller-manager and kube-scheduler started ($(elapsed))"
 mkdir -p "$work/containerd" "$work/cni/net.d" "$work/cni/ipam" "$work/images"
 pause_image=localhost/fedpq-pause:$kube_version
 image=localhost/fedpq:kube-cluster
+# containerd's defaults, with its root, state, socket, CNI and sandbox image
+# its own. restrict_oom_score_adj: the CRI plugin asks runc for an OOM score
+# of -998 for every pod's sandbox (and -997 for a Guaranteed pod), and a
+# machine that does not let root lower a process's score (a sandboxed VM, a
+# rootless or nested runtime; this one) fails every sandbox with "runc
+# create failed: ... can't get final child's PID from pipe: EOF": with it,
+# scores below containerd's own are raised to it.
 containerd config default | sed \
   -e "s|^root = .*|root = \"$work/containerd/root\"|" \
   -e "s|^state = .*|state = \"$work/containerd/state\"|" \
@@ -209,7 +230,12 @@ containerd config default | sed \
   -e "s|bin_dir = \"/opt/cni/bin\"|bin_dir = \"$cni_bin\"|" \
   -e "s|conf_dir = \"/etc/cni/net.d\"|conf_dir = \"$work/cni/net.d\"|" \
   -e "s|path = \"/opt/containerd\"|path = \"$work/containerd/opt\"|" \
-  -e "s|netns_mounts_under_state_dir = false|netns_mounts_under_state_dir = true|" > "$work/containerd.toml"
+  -e "s|netns_mounts_under_state_dir = false|netns_mounts_under_state_dir = true|" \
+  -e "s|restrict_oom_score_adj = false|restrict_oom_score_adj = true|" > "$work/containerd.toml"
+for setting in "root = \"$work/containerd/root\"" "sandbox_image = \"$pause_image\"" "conf_dir = \"$work/cni/net.d\"" \
+  "bin_dir = \"$cni_bin\"" "restrict_oom_score_adj = true" "netns_mounts_under_state_dir = true"; do
+  grep -qF "$setting" "$work/containerd.toml" || fail "containerd's configuration lacks $setting (containerd config default changed?)"
+done
 cat > "$work/cni/net.d/10-fedpq.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -265,6 +291,7 @@ podLogsDir: $work/pod-logs
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
+iptables -t mangle -S KUBE-KUBELET-CANARY >/dev/null 2>&1 || kubelet_chains_ours=1
 start kubelet "$bin/kubelet" --config "$work/kubelet.yaml" --kubeconfig "$work/kubeconfig" \
   --root-dir "$work/kubelet" --hostname-override $node --node-ip 127.0.0.1
 cat > "$work/kube-proxy.yaml" <<EOF
@@ -366,6 +393,10 @@ say "server pod Ready at $server_ip $(( $(date +%s) - applied )) s after the app
 ready_endpoints() { kc get endpointslices -n $ns -l kubernetes.io/service-name=fedpq-server -o jsonpath='{range .items[*].endpoints[?(@.conditions.ready==true)]}{.addresses[0]}{" "}{end}'; }
 cond() { grep -q "$server_ip" <<<"$(ready_endpoints)"; }; until_ok 30 "the Service's EndpointSlice does not hold the ready server pod" cond
 say "EndpointSlice of fedpq-server: ready endpoints $(ready_endpoints)"
+# The disruption controller counts the clients' budget against the Job's pods
+# (an integer minAvailable: a Job has no scale subresource).
+cond() { test "$(jp pdb/fedpq-clients '{.status.expectedPods}')" = 2; }; until_ok 60 "the disruption controller did not count the Job's 2 pods for the budget fedpq-clients ($(jp pdb/fedpq-clients '{.status.conditions[0].message}'))" cond
+say "PodDisruptionBudgets: fedpq-server minAvailable $(jp pdb/fedpq-server '{.spec.minAvailable}'), $(jp pdb/fedpq-server '{.status.currentHealthy}') healthy, $(jp pdb/fedpq-server '{.status.disruptionsAllowed}') disruptions allowed; fedpq-clients minAvailable $(jp pdb/fedpq-clients '{.spec.minAvailable}') of $(jp pdb/fedpq-clients '{.status.expectedPods}') expected"
 
 # --- 3. the run ------------------------------------------------------------------------------------
 rounds=8 clients=5
