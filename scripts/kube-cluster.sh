@@ -132,7 +132,7 @@ teardown() {
     kill -KILL "$p" 2>/dev/null
   done
   for f in /proc/[0-9]*/cmdline; do
-    if tr '\0' ' ' < "$f" 2>/dev/null | grep -q "containerd-shim.*-address $work/containerd/containerd.sock"; then
+    if tr '\0' ' ' 2>/dev/null < "$f" | grep -q "containerd-shim.*-address $work/containerd/containerd.sock"; then
       p=${f#/proc/}; p=${p%/cmdline}; kill -KILL "$p" 2>/dev/null
     fi
   done
@@ -163,6 +163,7 @@ fail() {
   echo "kube cluster: FAILED: $*"
   kc get all,pvc,pv,endpointslices -n $ns -o wide 2>&1 | sed 's/^/  /'
   kc get events -n $ns --sort-by=.lastTimestamp 2>&1 | tail -25 | sed 's/^/  event: /'
+  for p in $(kc get pods -n $ns -o name 2>/dev/null); do echo "--- kubectl logs $p"; kc logs -n $ns "$p" --tail 6 2>&1; done
   for l in "$work"/logs/*.log; do echo "--- $l"; tail -n 8 "$l"; done
   exit 1
 }
@@ -193,7 +194,8 @@ start kube-apiserver "$bin/kube-apiserver" --etcd-servers http://127.0.0.1:$etcd
   --cert-dir "$work/pki" --service-cluster-ip-range $svc_cidr \
   --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/sa.key" \
   --service-account-signing-key-file "$work/sa.key" \
-  --authorization-mode=AlwaysAllow --token-auth-file "$work/tokens.csv"
+  --authorization-mode=AlwaysAllow --token-auth-file "$work/tokens.csv" \
+  --kubelet-preferred-address-types=InternalIP,Hostname
 until_ok 180 "kube-apiserver was not ready" curl -fsSk -H "Authorization: Bearer $token" https://127.0.0.1:$api_port/readyz
 kubectl config --kubeconfig "$work/kubeconfig" set-cluster local --server https://127.0.0.1:$api_port \
   --certificate-authority "$work/pki/apiserver.crt" --embed-certs >/dev/null
@@ -266,10 +268,19 @@ say "containerd $(containerd --version | awk '{print $3}') holds $pause_image an
 
 # --- the kubelet and kube-proxy -------------------------------------------------------
 mkdir -p "$work/kubelet" "$work/pod-logs"
+# The node's address: the API server reaches the kubelet there (kubectl logs,
+# exec, port-forward), and a kubelet refuses a loopback --node-ip (the node
+# then has no address at all, and every kubectl logs fails with "no
+# preferred addresses found"). The CNI bridge, made here with its gateway
+# address (the bridge plugin takes it as it finds it), gives one that is
+# this cluster's own and goes with the bridge at teardown.
+ip link add $bridge type bridge
+ip addr add $pod_gw/${pod_cidr#*/} dev $bridge
+ip link set $bridge up
 cat > "$work/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: $pod_gw
 port: $kubelet_port
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -293,7 +304,7 @@ imageGCLowThresholdPercent: 99
 EOF
 iptables -t mangle -S KUBE-KUBELET-CANARY >/dev/null 2>&1 || kubelet_chains_ours=1
 start kubelet "$bin/kubelet" --config "$work/kubelet.yaml" --kubeconfig "$work/kubeconfig" \
-  --root-dir "$work/kubelet" --hostname-override $node --node-ip 127.0.0.1
+  --root-dir "$work/kubelet" --hostname-override $node --node-ip $pod_gw
 cat > "$work/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -395,11 +406,12 @@ cond() { grep -q "$server_ip" <<<"$(ready_endpoints)"; }; until_ok 30 "the Servi
 say "EndpointSlice of fedpq-server: ready endpoints $(ready_endpoints)"
 # The disruption controller counts the clients' budget against the Job's pods
 # (an integer minAvailable: a Job has no scale subresource).
-cond() { test "$(jp pdb/fedpq-clients '{.status.expectedPods}')" = 2; }; until_ok 60 "the disruption controller did not count the Job's 2 pods for the budget fedpq-clients ($(jp pdb/fedpq-clients '{.status.conditions[0].message}'))" cond
+cond() { test "$(jp pdb/fedpq-clients '{.status.expectedPods}')" = 2; }; until_ok 60 "the disruption controller did not count the Job's 2 pods for the budget fedpq-clients" cond
 say "PodDisruptionBudgets: fedpq-server minAvailable $(jp pdb/fedpq-server '{.spec.minAvailable}'), $(jp pdb/fedpq-server '{.status.currentHealthy}') healthy, $(jp pdb/fedpq-server '{.status.disruptionsAllowed}') disruptions allowed; fedpq-clients minAvailable $(jp pdb/fedpq-clients '{.spec.minAvailable}') of $(jp pdb/fedpq-clients '{.status.expectedPods}') expected"
 
 # --- 3. the run ------------------------------------------------------------------------------------
-rounds=8 clients=5
+rounds=$(awk '$1 == "rounds:" { print $2 }' "$repo/deploy/kubernetes/overlays/cluster-test/run.yaml")
+clients=$(awk '$1 == "clients:" { print $2 }' "$repo/deploy/kubernetes/overlays/cluster-test/run.yaml")
 logs_of() { kc logs -n $ns "$@" 2>/dev/null || true; }
 cond() { grep -q "round 2 done" <<<"$(logs_of "$server_pod")"; }; until_ok 300 "the server did not finish round 2 in 5 minutes" cond
 http() { curl -s -o /dev/null -w '%{http_code}' "http://$1:9090/$2"; }
