@@ -126,10 +126,14 @@ teardown() {
     sleep 1
     for c in $(ctrc containers ls -q 2>/dev/null); do ctrc tasks delete -f "$c" >/dev/null 2>&1; ctrc containers delete "$c" >/dev/null 2>&1; done
   fi
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null; done
-  for p in "${pids[@]}"; do
+  # Each process in the reverse order of their start, each gone before the
+  # next is told (the API server, told with etcd, waits on it until killed).
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    p=${pids[$i]}
+    kill -TERM "$p" 2>/dev/null
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
     kill -KILL "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
   done
   for f in /proc/[0-9]*/cmdline; do
     if tr '\0' ' ' 2>/dev/null < "$f" | grep -q "containerd-shim.*-address $work/containerd/containerd.sock"; then
@@ -437,9 +441,12 @@ c1=$(kc get pods -n $ns -l app.kubernetes.io/name=fedpq-client -o jsonpath='{ran
 ccid=$(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].containerID}'); ccid=${ccid#containerd://}
 ctrc tasks kill -s SIGKILL "$ccid" >/dev/null
 if [ "$policy" = Never ]; then
-  cond() { test "$(kc get pods -n $ns -l app.kubernetes.io/name=fedpq-client,batch.kubernetes.io/job-completion-index=1 --field-selector=status.phase!=Failed -o name | wc -l)" = 1; }; until_ok 120 "the Job did not replace the failed pod of index 1" cond
-  c1new=$(kc get pods -n $ns -l app.kubernetes.io/name=fedpq-client,batch.kubernetes.io/job-completion-index=1 --field-selector=status.phase!=Failed -o jsonpath='{.items[0].metadata.name}')
-  say "client pod $c1 (index 1) killed: the Job made $c1new for index 1 (failure count $(kc get pod -n $ns "$c1new" -o jsonpath='{.metadata.annotations.batch\.kubernetes\.io/job-index-failure-count}') of backoffLimitPerIndex $(jp job/fedpq-clients '{.spec.backoffLimitPerIndex}'))"
+  others_of_1() { kc get pods -n $ns -l app.kubernetes.io/name=fedpq-client,batch.kubernetes.io/job-completion-index=1 -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | grep -vx "$c1"; }
+  cond() { test "$(kc get pod -n $ns "$c1" -o jsonpath='{.status.phase}')" = Failed && test -n "$(others_of_1)"; }; until_ok 120 "the killed pod $c1 did not fail, or the Job did not replace it with another pod of index 1" cond
+  c1new=$(others_of_1 | head -n 1)
+  count=$(kc get pod -n $ns "$c1new" -o jsonpath='{.metadata.annotations.batch\.kubernetes\.io/job-index-failure-count}')
+  [ "$count" = 1 ] || fail "the new pod $c1new of index 1 has a failure count of '$count', want 1 (the killed pod's failure counted against its index)"
+  say "client pod $c1 (index 1) killed: Failed (exit $(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}')); the Job made $c1new for index 1 (failure count $count of backoffLimitPerIndex $(jp job/fedpq-clients '{.spec.backoffLimitPerIndex}'))"
 else
   cond() { test "$(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].restartCount}')" -ge 1; }; until_ok 120 "the kubelet did not restart the killed client container" cond
   say "client pod $c1 (index 1) killed: restartPolicy $policy, the kubelet restarted its container (restartCount $(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].restartCount}'), last exit $(kc get pod -n $ns "$c1" -o jsonpath='{.status.containerStatuses[0].lastState.terminated.exitCode}'))"
@@ -482,7 +489,7 @@ sleep 35 # three liveness periods of 10 s
 [ "$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.phase}')" = Running ] || fail "the finished server pod is not Running"
 [ "$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = "$restarts" ] || fail "the liveness probe restarted the lingering server"
 ip2=$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.podIP}')
-say "the finished server lingers: pod Running, Ready False (/readyz $(http "$ip2" readyz)), /healthz $(http "$ip2" healthz), no restart in 35 s, no ready endpoint behind the Service; Deployment $(jp deploy/fedpq-server '{.status.availableReplicas}')/$(jp deploy/fedpq-server '{.spec.replicas}') available"
+say "the finished server lingers: pod Running, Ready False (/readyz $(http "$ip2" readyz)), /healthz $(http "$ip2" healthz), no restart in 35 s, no ready endpoint behind the Service; Deployment $(jp deploy/fedpq-server '{.status.readyReplicas}' | sed 's/^$/0/')/$(jp deploy/fedpq-server '{.spec.replicas}') ready"
 grep -E "stopping after|resuming|run finished|staying up" <(cat "$work/server-1-follow.log"; logs_of "$server_pod2") | sed 's/^/  /'
 kc get events -n $ns --field-selector type=Warning -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message 2>/dev/null | sed 's/^/  warning event: /' | head -20
 say "ok: a real control plane ($(elapsed) in all): every overlay accepted server-side, the claim bound, the Deployment's pod and the Job's pods 0 and 1, the run through the ClusterIP, the server killed (restarted in place, resumed after round $killed_at) and deleted (rescheduled, resumed after round $stopped_at), client index 1 retried, $rounds rounds, the Job Complete, the finished server out of the endpoints"
