@@ -30,9 +30,14 @@
 #      makes another, which resumes; the run finishes with every round in
 #      metrics.jsonl, the Job completes, and the finished server lingers, live
 #      (no liveness restart) but not ready: out of the Service's endpoints;
-#   4. tears everything down: the namespace, then each process it started, by
-#      PID, kube-proxy's rules, the CNI bridge and every mount under its
-#      directory.
+#      The server's live page and /metrics are read through kubectl
+#      port-forward mid-run;
+#   4. installs deploy/helm/fedpq (the helm binary scripts/helm-test.sh
+#      builds) in a second namespace with the values that render
+#      overlays/cluster-test, runs a short run to its end, and uninstalls it;
+#   5. tears everything down: the namespaces, then each process it started,
+#      by PID, kube-proxy's and the kubelet's rules, the CNI bridge and every
+#      mount under its directory.
 # Without containerd, runc, the CNI plugins, podman, kubectl, openssl or curl,
 # or not as root, it prints that it skipped and exits 0.
 # With --validate it builds and starts etcd and kube-apiserver only, and does
@@ -92,10 +97,10 @@ say "binaries ready in $bin ($(elapsed))"
 work=$(mktemp -d /var/tmp/fedpq-kube-cluster.XXXXXX)
 chmod 755 "$work"
 etcd_port=23790 peer_port=23800 api_port=16443 kcm_port=20257 sched_port=20259
-kubelet_port=20250 kubelet_healthz=20248 proxy_healthz=20256 proxy_metrics=20249
+kubelet_port=20250 kubelet_healthz=20248 proxy_healthz=20256 proxy_metrics=20249 forward_port=19090
 pod_cidr=10.244.7.0/24 pod_gw=10.244.7.1 svc_cidr=10.96.0.0/24 cluster_ip=10.96.0.70
-bridge=fedpqk0 node=fedpq-node ns=fedpq
-for p in $etcd_port $peer_port $api_port $kcm_port $sched_port $kubelet_port $kubelet_healthz $proxy_healthz $proxy_metrics; do
+bridge=fedpqk0 node=fedpq-node ns=fedpq helm_ns=fedpq-helm
+for p in $etcd_port $peer_port $api_port $kcm_port $sched_port $kubelet_port $kubelet_healthz $proxy_healthz $proxy_metrics $forward_port; do
   if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then say "port $p is in use: another cluster (or another test) is running?" >&2; exit 1; fi
 done
 if ip link show $bridge >/dev/null 2>&1; then say "the bridge $bridge exists: a cluster of this script left behind? (ip link del $bridge)" >&2; exit 1; fi
@@ -117,7 +122,7 @@ teardown() {
   if [ -f "$work/kubeconfig" ] && [ -f "$work/pids/kubelet" ]; then
     # Pods first, through the kubelet, so that containerd stops their
     # sandboxes and the CNI plugins release their addresses.
-    kc delete namespace $ns --wait=true --timeout=90s >/dev/null 2>&1
+    kc delete namespace $ns $helm_ns --wait=true --timeout=90s >/dev/null 2>&1
   fi
   # Every container left (in the order started: the shims are children of
   # no one, so each is killed by its PID, found by this cluster's socket).
@@ -423,6 +428,16 @@ http() { curl -s -o /dev/null -w '%{http_code}' "http://$1:9090/$2"; }
 [ "$(http $cluster_ip readyz)" = 200 ] || fail "/readyz through the ClusterIP answered $(http $cluster_ip readyz)"
 done_now=$(curl -fsS "http://$cluster_ip:9090/metrics" | awk '$1 == "fedpq_server_rounds_done" { print int($2) }')
 say "round 2 done; through the ClusterIP $cluster_ip (kube-proxy): /healthz 200, /readyz 200, fedpq_server_rounds_done $done_now"
+# The live page, as an operator sees it from outside the cluster: kubectl
+# port-forward (the API server, the kubelet's streaming server, containerd).
+kc port-forward -n $ns deploy/fedpq-server $forward_port:9090 > "$work/logs/port-forward.log" 2>&1 &
+forward=$!
+cond() { curl -fsS http://127.0.0.1:$forward_port/healthz; }; until_ok 30 "kubectl port-forward to the server's metrics port did not answer" cond
+page_title=$(curl -fsS http://127.0.0.1:$forward_port/ | sed -n 's:.*<title>\(.*\)</title>.*:\1:p')
+forward_metrics=$(curl -fsS http://127.0.0.1:$forward_port/metrics | grep -c '^fedpq_' || true)
+kill $forward 2>/dev/null; wait $forward 2>/dev/null || true
+[ -n "$page_title" ] || fail "the live page through kubectl port-forward has no title"
+say "kubectl port-forward deploy/fedpq-server $forward_port:9090: http://127.0.0.1:$forward_port/ is the live page \"$page_title\"; /metrics $forward_metrics fedpq_ samples"
 
 # 3a. The server's process killed: the kubelet restarts the container in the same pod.
 cid=$(kc get pod -n $ns "$server_pod" -o jsonpath='{.status.containerStatuses[0].containerID}'); cid=${cid#containerd://}
@@ -476,6 +491,8 @@ distinct=$(grep -o '"round":[0-9]*' "$runlog" | sort -u | wc -l)
 full=$(grep -o '"round":[0-9]*,.*"clients":[0-9]*,"dropped":0' "$runlog" | grep -c "\"clients\":$clients,\"dropped\":0" || true)
 [ "$distinct" = $rounds ] || fail "metrics.jsonl holds $distinct distinct rounds, want $rounds"
 say "run finished: metrics.jsonl on the claim's volume holds rounds 1-$rounds ($(wc -l < "$runlog") lines; $full with all $clients uploads); owner of the run directory $(stat -c %u:%g "$work/volumes/fedpq-run/run"), volume $(stat -c '%U:%g %A' "$work/volumes/fedpq-run")"
+[ "$(jp job/fedpq-clients '{.status.completedIndexes}')" = 0,1 ] || fail "the Job's completed indexes are '$(jp job/fedpq-clients '{.status.completedIndexes}')', want 0,1"
+[ "$(jp job/fedpq-clients '{.status.failed}')" = 1 ] || fail "the Job counts $(jp job/fedpq-clients '{.status.failed}') failed pods, want 1 (the client pod killed)"
 say "Job fedpq-clients Complete: succeeded $(jp job/fedpq-clients '{.status.succeeded}'), failed $(jp job/fedpq-clients '{.status.failed}'), completed indexes $(jp job/fedpq-clients '{.status.completedIndexes}'), failed indexes '$(jp job/fedpq-clients '{.status.failedIndexes}')'"
 for p in $(pods_of fedpq-client); do
   say "  pod $p (index $(kc get pod -n $ns "$p" -o jsonpath='{.metadata.annotations.batch\.kubernetes\.io/job-completion-index}')): $(kc get pod -n $ns "$p" -o jsonpath='{.status.phase}, exit {.status.containerStatuses[0].state.terminated.exitCode}, restarts {.status.containerStatuses[0].restartCount}'); $(logs_of "$p" | grep -m1 -o 'fedpq fleet [0-9-]*'): $(logs_of "$p" | grep -m1 -o 'run finished after [0-9]* rounds.*' || echo 'no run finished line')"
@@ -489,7 +506,39 @@ sleep 35 # three liveness periods of 10 s
 [ "$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.phase}')" = Running ] || fail "the finished server pod is not Running"
 [ "$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = "$restarts" ] || fail "the liveness probe restarted the lingering server"
 ip2=$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.podIP}')
-say "the finished server lingers: pod Running, Ready False (/readyz $(http "$ip2" readyz)), /healthz $(http "$ip2" healthz), no restart in 35 s, no ready endpoint behind the Service; Deployment $(jp deploy/fedpq-server '{.status.readyReplicas}' | sed 's/^$/0/')/$(jp deploy/fedpq-server '{.spec.replicas}') ready"
+say "the finished server lingers: pod Running, Ready False (/readyz $(http "$ip2" readyz)), /healthz $(http "$ip2" healthz), no restart in 35 s, no ready endpoint behind the Service; Deployment $(ready=$(jp deploy/fedpq-server '{.status.readyReplicas}'); echo "${ready:-0}")/$(jp deploy/fedpq-server '{.spec.replicas}') ready"
 grep -E "stopping after|resuming|run finished|staying up" <(cat "$work/server-1-follow.log"; logs_of "$server_pod2") | sed 's/^/  /'
-kc get events -n $ns --field-selector type=Warning -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message 2>/dev/null | sed 's/^/  warning event: /' | head -20
-say "ok: a real control plane ($(elapsed) in all): every overlay accepted server-side, the claim bound, the Deployment's pod and the Job's pods 0 and 1, the run through the ClusterIP, the server killed (restarted in place, resumed after round $killed_at) and deleted (rescheduled, resumed after round $stopped_at), client index 1 retried, $rounds rounds, the Job Complete, the finished server out of the endpoints"
+kc get events -n $ns --field-selector type=Warning -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message --no-headers 2>/dev/null | awk '$1 != "MissingClusterDNS"' | sed 's/^/  warning event: /' | head -20
+say "  (and $(kc get events -n $ns --field-selector type=Warning,reason=MissingClusterDNS --no-headers 2>/dev/null | wc -l) MissingClusterDNS warnings, one a pod: this cluster has no DNS server)"
+
+# --- 4. the chart, installed --------------------------------------------------------------------
+# helm install of deploy/helm/fedpq in a second namespace, with the values
+# that render overlays/cluster-test (helm-test.sh checks that they do), its
+# own ClusterIP and names, a short run; the run to its end; helm uninstall.
+helm=${FEDPQ_HELM:-${XDG_CACHE_HOME:-$HOME/.cache}/fedpq/helm-v3.22.0/helm}
+if [ -x "$helm" ]; then
+  helm_ip=10.96.0.71
+  kc create namespace $helm_ns >/dev/null
+  FEDPQ=$work/fedpq "$repo/scripts/kube-secrets.sh" "$work/secrets-helm" $clients $helm_ns >/dev/null
+  kc apply --server-side -n $helm_ns -f "$work/secrets-helm/secrets.yaml" >/dev/null
+  mkdir -p "$work/volumes/fedpq-helm-run"
+  sed -e "s|name: fedpq-run-$node|name: fedpq-helm-run-$node|" -e "s|path: $work/volumes/fedpq-run|path: $work/volumes/fedpq-helm-run|" \
+    -e "s|^  capacity:|  claimRef:\n    namespace: $helm_ns\n    name: fedpq-run\n  capacity:|" "$work/pv.yaml" > "$work/pv-helm.yaml"
+  kc apply --server-side -f "$work/pv-helm.yaml" >/dev/null
+  sed -e "s/$cluster_ip/$helm_ip/" -e "s/fedpq-server\.$ns/fedpq-server.$helm_ns/" "$repo/deploy/kubernetes/overlays/cluster-test/helm-values.yaml" > "$work/helm-values.yaml"
+  sed -e 's/^name: .*/name: cluster-helm/' -e 's/^rounds: .*/rounds: 3/' -e 's/^epochs: .*/epochs: 300/' "$repo/deploy/kubernetes/overlays/cluster-test/run.yaml" > "$work/helm-run.yaml"
+  hc() { KUBECONFIG=$work/kubeconfig "$helm" "$@"; }
+  hc install fedpq "$repo/deploy/helm/fedpq" -n $helm_ns -f "$work/helm-values.yaml" --set-file run="$work/helm-run.yaml" 2>&1 | sed 's/^/  /'
+  until_ok 180 "the chart's Job did not complete" kc wait -n $helm_ns --for=condition=Complete job/fedpq-clients --timeout=2s
+  hpod=$(kc get pods -n $helm_ns -l app.kubernetes.io/name=fedpq-server -o jsonpath='{.items[0].metadata.name}')
+  cond() { grep -q "run finished after 3 rounds" <<<"$(kc logs -n $helm_ns "$hpod" 2>/dev/null)"; }; until_ok 30 "the chart's server did not finish its 3 rounds" cond
+  hc list -n $helm_ns 2>&1 | sed 's/^/  /'
+  kc get pods -n $helm_ns -o wide 2>&1 | sed 's/^/  /'
+  say "helm install fedpq deploy/helm/fedpq -n $helm_ns: $(kc logs -n $helm_ns "$hpod" | grep -m1 -o 'run finished after 3 rounds'), Job Complete ($(kc get job -n $helm_ns fedpq-clients -o jsonpath='{.status.succeeded}') pods succeeded), ClusterIP $(kc get svc -n $helm_ns fedpq-server -o jsonpath='{.spec.clusterIP}'), claim Bound to $(kc get pvc -n $helm_ns fedpq-run -o jsonpath='{.spec.volumeName}')"
+  hc uninstall fedpq -n $helm_ns --wait --timeout 120s 2>&1 | sed 's/^/  /'
+  cond() { test -z "$(kc get pods,pvc,deploy,job,svc -n $helm_ns -o name 2>/dev/null)"; }; until_ok 120 "helm uninstall left a pod, claim, Deployment, Job or Service in $helm_ns" cond
+  say "helm uninstall fedpq: no pod, claim, Deployment, Job or Service left in $helm_ns; the volume $(kc get pv fedpq-helm-run-$node -o jsonpath='{.status.phase}') (Retain)"
+else
+  say "the chart is not installed: no helm at $helm (scripts/helm-test.sh builds it)"
+fi
+say "ok: a real control plane ($(elapsed) in all): every overlay accepted server-side, the claim bound, the Deployment's pod and the Job's pods 0 and 1, the run through the ClusterIP, the server killed (restarted in place, resumed after round $killed_at) and deleted (rescheduled, resumed after round $stopped_at), client index 1 retried, $rounds rounds, the Job Complete, the finished server out of the endpoints; the live page through kubectl port-forward${hpod:+; the chart installed, its run to the end, uninstalled}"
