@@ -382,8 +382,7 @@ spec:
 EOF
 kc apply --server-side -f "$work/pv.yaml" >/dev/null
 kc apply --server-side -n $ns -f "$work/secrets/secrets.yaml" >/dev/null
-kc kustomize "$repo/deploy/kubernetes/overlays/cluster-test" > "$work/cluster-test.yaml"
-kc apply --server-side -n $ns -f "$work/cluster-test.yaml" 2>&1 | sed 's/^/  /'
+kc apply --server-side -n $ns -k "$repo/deploy/kubernetes/overlays/cluster-test" 2>&1 | sed 's/^/  /'
 applied=$(date +%s)
 
 jp() { kc get -n $ns "$1" -o jsonpath="$2"; }
@@ -507,7 +506,8 @@ sleep 35 # three liveness periods of 10 s
 [ "$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = "$restarts" ] || fail "the liveness probe restarted the lingering server"
 ip2=$(kc get pod -n $ns "$server_pod2" -o jsonpath='{.status.podIP}')
 say "the finished server lingers: pod Running, Ready False (/readyz $(http "$ip2" readyz)), /healthz $(http "$ip2" healthz), no restart in 35 s, no ready endpoint behind the Service; Deployment $(ready=$(jp deploy/fedpq-server '{.status.readyReplicas}'); echo "${ready:-0}")/$(jp deploy/fedpq-server '{.spec.replicas}') ready"
-grep -E "stopping after|resuming|run finished|staying up" <(cat "$work/server-1-follow.log"; logs_of "$server_pod2") | sed 's/^/  /'
+grep -E "stopping after|resuming" "$work/server-1-follow.log" | sed 's/^/  /'
+kc logs -n $ns deploy/fedpq-server | grep -E "resuming|run finished|staying up" | sed 's/^/  /'
 kc get events -n $ns --field-selector type=Warning -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message --no-headers 2>/dev/null | awk '$1 != "MissingClusterDNS"' | sed 's/^/  warning event: /' | head -20
 say "  (and $(kc get events -n $ns --field-selector type=Warning,reason=MissingClusterDNS --no-headers 2>/dev/null | wc -l) MissingClusterDNS warnings, one a pod: this cluster has no DNS server)"
 
