@@ -10,6 +10,8 @@
 #   a registry image                against  overlays/registry
 #   service.external.enabled        against  overlays/external
 #   clients.data.enabled            against  overlays/client-data
+#   cluster-test/helm-values.yaml   against  overlays/cluster-test (a fixed
+#                                   ClusterIP and its names as hostAliases)
 # failing on any difference, and decodes each object strictly into the
 # Kubernetes API's Go types and checks each pod template against the
 # "restricted" Pod Security level with the admission's own library
@@ -70,6 +72,7 @@ compare podman-test "$overlays/podman-test" --set-file run="$overlays/podman-tes
 compare registry "$overlays/registry" --set image.repository=registry.example.com/fedpq/fedpq --set image.tag=0.1.0
 compare external "$overlays/external" --set service.external.enabled=true
 compare client-data "$overlays/client-data" --set clients.data.enabled=true --set-file run="$overlays/client-data/run.yaml"
+compare cluster-test "$overlays/cluster-test" -f "$overlays/cluster-test/helm-values.yaml" --set-file run="$overlays/cluster-test/run.yaml"
 
 # A run of 6 clients with clients.count 5 is refused.
 sed 's/^clients: 5$/clients: 6/' "$repo/deploy/kubernetes/base/run.yaml" > "$work/run6.yaml"
@@ -94,4 +97,4 @@ want = (10, 10, ["--partition=0-9999/10000", "--block-size=1000"], "1529Mi", "19
 print(f"helm test: 10,000 clients in blocks of 1,000: {got}")
 sys.exit(got != want)
 PY
-echo "helm test: ok: helm lint --strict; the chart renders the base and its 4 overlays object for object, each object of the API's types and each pod of the restricted level; it refuses a run whose clients differ from clients.count; 10,000 clients: 10 pods, memory as the rules give"
+echo "helm test: ok: helm lint --strict; the chart renders the base and its 5 overlays object for object, each object of the API's types and each pod of the restricted level; it refuses a run whose clients differ from clients.count; 10,000 clients: 10 pods, memory as the rules give"
