@@ -244,7 +244,13 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	}
 	fmt.Fprintln(stdout)
 	if l := s.Privacy; l != nil {
-		printLedger(stdout, l)
+		// An asynchronous run's client takes part in a buffer by one
+		// upload, and the ledger counts the buffers it took part in.
+		took := "rounds"
+		if c.Mode == "async" {
+			took = "uploads"
+		}
+		printLedger(stdout, l, took)
 	} else {
 		fmt.Fprintf(stdout, "  privacy: none (%s is not LDP)\n", s.Mechanism)
 	}
@@ -257,7 +263,7 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 
 // printUserLevel prints the run's user-level guarantee, a line per
 // observer.
-func printUserLevel(stdout io.Writer, u *privacy.UserLevel, delta float64) {
+func printUserLevel(stdout io.Writer, u *privacy.UserLevel, delta float64, took string) {
 	fmt.Fprintf(stdout, "  user-level privacy, one client's whole contribution (%s; at delta %g; docs/privacy.md#user-level-privacy-for-the-whole-run):\n", u.Relation, delta)
 	at := func(b *privacy.Bound) string {
 		if b == nil {
@@ -270,7 +276,7 @@ func printUserLevel(stdout io.Writer, u *privacy.UserLevel, delta float64) {
 		noise = fmt.Sprintf("noise multiplier %.4g; ", u.NoiseMultiplier)
 	}
 	fmt.Fprintf(stdout, "    against whoever gets the models: %s (%samplification: %s; %s)\n", at(u.Model), noise, u.Amplification, u.Accountant)
-	fmt.Fprintf(stdout, "    against the server: %s, over the %d rounds of the most-sampled client\n", at(u.Server), u.Rounds)
+	fmt.Fprintf(stdout, "    against the server: %s, over the %d %s of the most-sampled client\n", at(u.Server), u.Rounds, took)
 	fmt.Fprintf(stdout, "    against an eavesdropper on its uplink: %s\n", at(u.Eavesdropper))
 	if u.Note != "" {
 		fmt.Fprintf(stdout, "    (%s)\n", u.Note)
@@ -481,18 +487,19 @@ func runProgress(c experiment.Config, w io.Writer, quiet bool) (func(report.Roun
 		}
 }
 
-// printLedger prints l, a line per observer. Each number holds at the
+// printLedger prints l, a line per observer; took names what its Rounds
+// count: "rounds", or an asynchronous run's "uploads". Each number holds at the
 // ledger's delta or a smaller one unless it says "at delta" (basic and
 // advanced composition of (eps, delta) bounds), as in summary.json, where
 // every entry carries its delta.
-func printLedger(stdout io.Writer, l *privacy.Ledger) {
+func printLedger(stdout io.Writer, l *privacy.Ledger, took string) {
 	if u := l.User; u != nil {
-		printUserLevel(stdout, u, l.Delta)
+		printUserLevel(stdout, u, l.Delta, took)
 		if l.Eavesdropper == nil && l.Server == nil && l.Partner == nil {
 			return // DP-FedAvg: no per-parameter guarantee to list
 		}
 	}
-	fmt.Fprintf(stdout, "  privacy of the most-sampled client (%d rounds, %d parameters; at delta %g unless a number says otherwise):\n", l.Rounds, l.Parameters, l.Delta)
+	fmt.Fprintf(stdout, "  privacy of the most-sampled client (%d %s, %d parameters; at delta %g unless a number says otherwise):\n", l.Rounds, took, l.Parameters, l.Delta)
 	// at is a bound as printed: its eps, what it is, and its delta where
 	// that is larger than the ledger's; "none" where no bound of the kind
 	// holds.
