@@ -362,7 +362,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 				c.log.Printf("round %d: %v", b.RoundStart.GetRound(), err)
 			}
 		case *pb.ServerMessage_Task:
-			if err := c.task(ctx, stream, hello.GetRunId(), b.Task); err != nil {
+			if next, err = c.task(ctx, stream, in, hello.GetRunId(), b.Task); err != nil {
 				return nil, true, err
 			}
 		case *pb.ServerMessage_Discard:

@@ -87,6 +87,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	grace := fs.Duration("grace", 2*time.Minute, "with min-clients 0, how long a round waits for missing clients before it goes on at once with those connected (with none, it waits for the first, then --gather for the rest)")
 	maxWait := fs.Duration("max-wait", 0, "how long a round waits for the clients it needs (min-clients; with min-clients 0, after --grace, a first one) before the server stops with an error naming who is missing, its checkpoint kept (0: for ever)")
 	timeout := fs.Duration("round-timeout", 10*time.Minute, "deadline of each round: it ends with the uploads it has")
+	taskTimeout := fs.Duration("task-timeout", 0, "mode async: how long a client given a task has to train and say ready; then the task is withdrawn, the client told, and its slot given to another client (0: --round-timeout)")
 	keyShares := fs.Duration("key-share-timeout", 30*time.Second, "how long a paired client has to send its key share before its partner encodes alone (at most half the round)")
 	joinTimeout := fs.Duration("join-timeout", 10*time.Second, "how long a connection has to join before it is closed")
 	token := fs.String("token", "", "join token clients must present (default $FEDPQ_TOKEN)")
@@ -132,7 +133,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	logger := log.New(stderr, "fedpq server: ", log.LstdFlags)
 	cfg := transport.ServerConfig{
-		Run: c, MinClients: *minClients, Gather: *gather, Grace: *grace, MaxWait: *maxWait, RoundTimeout: *timeout,
+		Run: c, MinClients: *minClients, Gather: *gather, Grace: *grace, MaxWait: *maxWait, RoundTimeout: *timeout, TaskTimeout: *taskTimeout,
 		KeyShareTimeout: min(*keyShares, *timeout/2), JoinTimeout: *joinTimeout, Token: *token, Log: logger,
 	}
 	if *rosterPath != "" {
