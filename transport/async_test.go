@@ -526,8 +526,9 @@ func TestAsyncTaskTimeout(t *testing.T) {
 
 // TestAsyncTaskTimeoutStraggler: a client that would take 60 s to say
 // Ready (its --delay) loses its slot after the task timeout, logs the
-// Discard and drops its work at once; the others make every step of the
-// run, each buffer full, long before it would have answered.
+// Discard, drops its work at once and says the late Ready that makes it
+// idle again; the others make every step of the run, each buffer full,
+// long before it would have answered.
 func TestAsyncTaskTimeoutStraggler(t *testing.T) {
 	c := asyncConfig(t, "ldpq", 4, 2, 1, 6)
 	metrics := NewServerMetrics()
@@ -572,6 +573,9 @@ func TestAsyncTaskTimeoutStraggler(t *testing.T) {
 	}
 	if !strings.Contains(ts.log.String(), "client 0: its update from model version 0 refused: not Ready within the task timeout 500ms") {
 		t.Errorf("the server did not log the withdrawal:\n%s", ts.log)
+	}
+	if !strings.Contains(ts.log.String(), "client 0: its late Ready for the withdrawn task of model version 0 ignored") {
+		t.Errorf("the straggler did not answer the Discard with its Ready:\n%s", ts.log)
 	}
 	waitFor(t, "the straggler's log of the Discard", func() bool {
 		return strings.Contains(slow.log.String(), "update from model version 0 refused: not Ready within the task timeout")

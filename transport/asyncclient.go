@@ -47,8 +47,8 @@ func (c *Client) announced(runID []byte) *pb.Ready {
 // Ready; the weights it held before are dropped (the server gives a task
 // only once they are used). A Discard of the task (withdrawn past the
 // server's task timeout) that comes while the client waits its delay
-// ends the task at once, its work dropped: the client is idle for its
-// next Task. Another message that ends the wait (the run finished) is
+// ends the task at once, its work dropped, with the late Ready the server
+// awaits before it gives the client a next Task. Another message that ends the wait (the run finished) is
 // returned for the session to act on, the task dropped.
 func (c *Client) task(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, tk *pb.Task) (*pb.ServerMessage, error) {
 	c.held = nil
@@ -73,6 +73,12 @@ func (c *Client) task(ctx context.Context, stream pb.Federation_SessionClient, i
 	}
 	if d := c.cfg.Delay.wait(c.runSecret, c.cfg.ID, c.cfg.Clients, int(v)); d > 0 {
 		if next, waited, err := c.delay(ctx, in, v, d); !waited {
+			if next == nil && err == nil {
+				// Withdrawn: the work is dropped, and the Ready the
+				// server awaits says the client is idle (it is ignored,
+				// at no cost), so that it gets a next Task.
+				_ = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Ready{Ready: &pb.Ready{Version: v}}})
+			}
 			return next, err
 		}
 	}
