@@ -232,8 +232,8 @@ restarts). docs/security.md says what each protects against.
 
 In an asynchronous run (the server's --mode async) the client trains when
 the server gives it a task, says it is ready, and holds its weights until a
-buffer asks for them, across reconnections and server restarts; --delay
-makes it a straggler, for tests and demos.
+buffer asks for them, across reconnections and server restarts. --delay
+makes a client a straggler in either mode, for tests and demos.
 `
 
 // clientPolicyFile is the YAML of fedpq client --policy: every key optional.
