@@ -316,6 +316,7 @@ func (rec *Recorder) add(r report.Round) error {
 	s.Clock = r.Clock
 	s.Uploads += int64(r.Clients)
 	s.Refused += int64(r.Refused)
+	s.Withdrawn += int64(r.Withdrawn)
 	if r.Accuracy != nil {
 		s.FinalAccuracy = *r.Accuracy
 		if *r.Accuracy > s.BestAccuracy {

@@ -71,10 +71,13 @@ type Round struct {
 	// Staleness and MaxStaleness are the mean and largest staleness of an
 	// asynchronous buffer's uploads (server steps since their client
 	// started); Refused the uploads refused since the last buffer, staler
-	// than the run's max_staleness, before they sent anything.
+	// than the run's max_staleness, before they sent anything; Withdrawn
+	// (deployed) the tasks withdrawn since the last buffer, their clients
+	// not Ready within the server's task timeout.
 	Staleness    float64 `json:"staleness,omitempty"`
 	MaxStaleness int     `json:"max_staleness,omitempty"`
 	Refused      int     `json:"refused,omitempty"`
+	Withdrawn    int     `json:"withdrawn,omitempty"`
 }
 
 // Summary is summary.json: the outcome of a finished run, what a table of
@@ -105,11 +108,13 @@ type Summary struct {
 	// Clock is the virtual time at the end of the run under a speed model
 	// (report.Round.Clock); Uploads the uploads aggregated, over the
 	// rounds or buffers; Refused the asynchronous uploads refused as too
-	// stale.
-	Clock   float64 `json:"clock,omitempty"`
-	Uploads int64   `json:"uploads,omitempty"`
-	Refused int64   `json:"refused,omitempty"`
-	Seed    uint64  `json:"seed"`
+	// stale; Withdrawn the tasks withdrawn past a deployed server's task
+	// timeout.
+	Clock     float64 `json:"clock,omitempty"`
+	Uploads   int64   `json:"uploads,omitempty"`
+	Refused   int64   `json:"refused,omitempty"`
+	Withdrawn int64   `json:"withdrawn,omitempty"`
+	Seed      uint64  `json:"seed"`
 	// Initial is the model the run started from, where it came from a
 	// file (init_weights): absent when the seed drew it, and after a resume.
 	Initial *Initial `json:"initial,omitempty"`

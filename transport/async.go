@@ -21,19 +21,35 @@ import (
 // model it trained from. Clients go on training and queueing meanwhile.
 // Staleness is checked when a client says Ready and again when its buffer
 // begins: past MaxStaleness its weights are refused (a Discard with the
-// reason) before anything of them is sent, so nothing is charged.
+// reason) before anything of them is sent, so nothing is charged. A
+// client not Ready within TaskTimeout of its Task has the task withdrawn
+// (a Discard): its slot goes to another client, so that a client that
+// never answers costs the run nothing but that wait.
 
 // asyncState is the clients of an asynchronous run between buffers.
 // Guarded by Server.mu.
 type asyncState struct {
-	tasks   map[uint32]int  // training: the model version each trains from
+	tasks   map[uint32]task // training
 	queue   []readyUpdate   // said Ready, waiting for a buffer, in order
 	members map[uint32]bool // in the buffer under way
 	refused int             // Ready refused as stale since the last step
+	// withdrawn is the version of each client's task withdrawn past the
+	// task timeout, until the client says its late Ready or joins again:
+	// it gets no Task meanwhile, so that a client that hangs holds no slot
+	// again and again, and its late Ready costs nothing.
+	withdrawn map[uint32]int
+	timeouts  int // tasks withdrawn since the last step
 	// task is the current version's Task, its tensors encoded once for
 	// every client that gets it.
 	task *pb.Task
 	next uint32 // the id after the last client given a task: tasks go round the clients
+}
+
+// task is a client's task in flight: the model version it trains from,
+// and the timer that withdraws it past the task timeout.
+type task struct {
+	version int
+	timer   *time.Timer
 }
 
 // readyUpdate is a client's trained weights, held by the client, that a
@@ -44,21 +60,30 @@ type readyUpdate struct {
 }
 
 func newAsyncState() *asyncState {
-	return &asyncState{tasks: map[uint32]int{}, members: map[uint32]bool{}}
+	return &asyncState{tasks: map[uint32]task{}, members: map[uint32]bool{}, withdrawn: map[uint32]int{}}
 }
 
-// busy reports whether client id trains, waits in the queue or is in the
-// buffer under way.
+// busy reports whether client id trains, owes a late Ready for a
+// withdrawn task, waits in the queue or is in the buffer under way.
 func (a *asyncState) busy(id uint32) bool {
 	_, training := a.tasks[id]
-	return training || a.members[id] || slices.ContainsFunc(a.queue, func(u readyUpdate) bool { return u.id == id })
+	_, late := a.withdrawn[id]
+	return training || late || a.members[id] || slices.ContainsFunc(a.queue, func(u readyUpdate) bool { return u.id == id })
+}
+
+// end takes client id's task out, if it has one, and stops its timer.
+func (a *asyncState) end(id uint32) {
+	if tk, ok := a.tasks[id]; ok {
+		tk.timer.Stop()
+		delete(a.tasks, id)
+	}
 }
 
 // forget takes a departed client's task and queued weights out: a client
 // that leaves while training or queued costs nothing, and its slot goes to
 // another client.
 func (a *asyncState) forget(id uint32) {
-	delete(a.tasks, id)
+	a.end(id)
 	a.queue = slices.DeleteFunc(a.queue, func(u readyUpdate) bool { return u.id == id })
 }
 
@@ -91,30 +116,61 @@ func (s *Server) dispatch() {
 		if len(a.tasks) >= m {
 			break
 		}
-		a.tasks[id] = v
+		tk := &task{version: v}
+		tk.timer = time.AfterFunc(s.cfg.TaskTimeout, func() { s.expire(id, tk) })
+		a.tasks[id] = *tk
 		a.next = id + 1
 		s.sessions[id].send(&pb.ServerMessage{Body: &pb.ServerMessage_Task{Task: a.task}})
 	}
 	s.cfg.Metrics.asyncClients(len(a.tasks), len(a.queue))
 }
 
+// expire withdraws client id's task tk if it is still in flight: the
+// client was not Ready within the task timeout. The client is told why
+// (a Discard: it drops the weights it may finish), and its slot goes to
+// another idle client. tk is read under s.mu, which dispatch held while
+// it set it.
+func (s *Server) expire(id uint32, tk *task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, v := s.async, tk.version
+	if cur, ok := a.tasks[id]; !ok || cur.timer != tk.timer || s.finished != nil {
+		return // answered, or the client left, or the run is over
+	}
+	delete(a.tasks, id)
+	a.withdrawn[id] = v
+	a.timeouts++
+	s.discard(s.sessions[id], v, fmt.Sprintf("not Ready within the task timeout %v: the task is withdrawn and its slot given to another client; a late Ready for it is ignored, nothing sent, nothing charged, and the client's next task comes after it", s.cfg.TaskTimeout), "timeout")
+	s.dispatch()
+	s.notify()
+}
+
 // ready queues the weights sess trained for its task. A Ready without a
 // task, or for another version than its task's, is refused: one task in
 // flight per client, so that a flood of them costs the server nothing.
-// s.mu is held.
+// The late Ready for a withdrawn task is ignored without counting
+// against the client (it was told with a Discard, which it may not have
+// read before it finished): the client is idle again. s.mu is held.
 func (s *Server) ready(sess *session, r *pb.Ready) error {
 	a := s.async
 	if a == nil {
 		return errors.New("a Ready, but the run is synchronous (mode sync)")
 	}
-	v, ok := a.tasks[sess.id]
+	if w, ok := a.withdrawn[sess.id]; ok && int(r.GetVersion()) == w {
+		delete(a.withdrawn, sess.id)
+		s.log.Printf("client %d: its late Ready for the withdrawn task of model version %d ignored; it is idle again", sess.id, w)
+		s.dispatch()
+		return nil
+	}
+	tk, ok := a.tasks[sess.id]
+	v := tk.version
 	switch {
 	case !ok:
 		return errors.New("a Ready without a task (one task in flight per client)")
 	case int(r.GetVersion()) != v:
 		return fmt.Errorf("a Ready for model version %d; its task is version %d", r.GetVersion(), v)
 	}
-	delete(a.tasks, sess.id)
+	a.end(sess.id)
 	s.enqueue(sess, v, false)
 	s.dispatch()
 	s.notify()
@@ -127,12 +183,24 @@ func (s *Server) ready(sess *session, r *pb.Ready) error {
 // buffer the server lost in a restart (the next one) go to the head of the
 // queue, so that the restarted buffer gets them back; the others queue as
 // any Ready. A client in the buffer under way is its dropout: its weights
-// wait for the buffer's end, and its next Task. s.mu is held.
+// wait for the buffer's end, and its next Task. A client whose task was
+// withdrawn is idle afresh (its late Ready may never come: its training
+// died with its connection), and weights of that task are discarded
+// again, uncounted. r is nil if the Join announced nothing. s.mu is held.
 func (s *Server) reannounce(sess *session, r *pb.Ready) {
 	a, done := s.async, s.eng.Done()
+	w, withdrawn := a.withdrawn[sess.id]
+	delete(a.withdrawn, sess.id)
+	if r == nil {
+		return
+	}
 	v, up := int(r.GetVersion()), int(r.GetUploaded())
 	switch {
 	case a.members[sess.id]:
+		return
+	case withdrawn && v == w && up == 0:
+		s.log.Printf("client %d: announced again its update from model version %d, whose task was withdrawn; discarded", sess.id, v)
+		sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Discard{Discard: &pb.Discard{Version: uint32(v), Reason: "its task was withdrawn past the task timeout"}}})
 		return
 	case v > done:
 		s.discard(sess, v, fmt.Sprintf("weights trained from model version %d, but the server has made %d steps", v, done), "invalid")
@@ -199,6 +267,7 @@ func (s *Server) runAsync(ctx context.Context) error {
 		r, took, err := s.runRound(ctx, func(t int) (*fl.Plan, error) { return s.eng.BeginBuffer(t, ids, versions) }, begun)
 		s.mu.Lock()
 		r.Refused, s.async.refused = s.async.refused, 0
+		r.Withdrawn, s.async.timeouts = s.async.timeouts, 0
 		s.mu.Unlock()
 		stop, err := s.record(r, took, err)
 		s.mu.Lock()

@@ -440,3 +440,144 @@ func TestAsyncRestartMidBuffer(t *testing.T) {
 		t.Errorf("uploads per buffer %s, want [2 2 2]", got)
 	}
 }
+
+// asyncRefusals is the server's fedpq_server_async_refused_total for
+// reason.
+func asyncRefusals(t *testing.T, m *ServerMetrics, reason string) int {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "fedpq_server_async_refused_total" {
+			continue
+		}
+		for _, c := range f.GetMetric() {
+			if c.GetLabel()[0].GetValue() == reason {
+				return int(c.GetCounter().GetValue())
+			}
+		}
+	}
+	t.Fatalf("no fedpq_server_async_refused_total{reason=%q}", reason)
+	return 0
+}
+
+// TestAsyncTaskTimeout: a client that holds its Task past the task
+// timeout has it withdrawn with a Discard that says why; its late Ready
+// is ignored without counting against it, and it gets a next Task; the
+// withdrawal is counted by the metric and in metrics.jsonl.
+func TestAsyncTaskTimeout(t *testing.T) {
+	c := asyncConfig(t, "ldpq", 4, 2, 1, 6)
+	late := make(chan struct{})
+	metrics := NewServerMetrics()
+	ts := serve(t, ServerConfig{Run: c, Metrics: metrics, TaskTimeout: time.Second, Progress: func(r report.Round) {
+		if r.Round == 3 { // hold the run until the late Ready is answered
+			select {
+			case <-late:
+			case <-time.After(20 * time.Second):
+			}
+		}
+	}}, "127.0.0.1:0")
+	r := dial(t, ts.addr)
+	if err := r.join(0, 4, token); err != nil {
+		t.Fatal(err)
+	}
+	task := r.next(t, func(m *pb.ServerMessage) bool { return m.GetTask() != nil }).GetTask()
+	var cs []*testClient
+	for k := 1; k < 4; k++ {
+		cs = append(cs, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 4}))
+	}
+	d := r.next(t, func(m *pb.ServerMessage) bool { return m.GetDiscard() != nil }).GetDiscard()
+	if d.GetVersion() != task.GetVersion() || !strings.Contains(d.GetReason(), "not Ready within the task timeout 1s: the task is withdrawn") {
+		t.Errorf("discarded version %d (task %d): %q", d.GetVersion(), task.GetVersion(), d.GetReason())
+	}
+	if err := r.stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Ready{Ready: &pb.Ready{Version: task.GetVersion()}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.next(t, func(m *pb.ServerMessage) bool { return m.GetTask() != nil }) // idle again
+	r.stream.CloseSend()                                                    // leaves with its second task: no timeout
+	close(late)
+	ts.wait(t)
+	for _, cl := range cs {
+		cl.wait(t)
+	}
+	withdrawn := 0
+	for _, b := range readRun(t, c.Dir()) {
+		withdrawn += b.Withdrawn
+		if b.Clients != 1 {
+			t.Errorf("buffer %d: %d uploads, want 1", b.Round, b.Clients)
+		}
+	}
+	if withdrawn != 1 || ts.sum.Withdrawn != 1 {
+		t.Errorf("metrics.jsonl counts %d tasks withdrawn, the summary %d; want 1", withdrawn, ts.sum.Withdrawn)
+	}
+	if n := asyncRefusals(t, metrics, "timeout"); n != 1 {
+		t.Errorf("fedpq_server_async_refused_total{reason=\"timeout\"} %d, want 1", n)
+	}
+	log := ts.log.String()
+	if !strings.Contains(log, "client 0: its late Ready for the withdrawn task of model version 0 ignored; it is idle again") {
+		t.Errorf("the server did not log the late Ready:\n%s", log)
+	}
+	if strings.Contains(log, "client 0: refused:") {
+		t.Errorf("the late Ready was refused as a bad message:\n%s", log)
+	}
+}
+
+// TestAsyncTaskTimeoutStraggler: a client that would take 60 s to say
+// Ready (its --delay) loses its slot after the task timeout, logs the
+// Discard, drops its work at once and says the late Ready that makes it
+// idle again; the others make every step of the run, each buffer full,
+// long before it would have answered.
+func TestAsyncTaskTimeoutStraggler(t *testing.T) {
+	c := asyncConfig(t, "ldpq", 4, 2, 1, 6)
+	metrics := NewServerMetrics()
+	ts := serve(t, ServerConfig{Run: c, Metrics: metrics, TaskTimeout: 500 * time.Millisecond}, "127.0.0.1:0")
+	hung, err := ParseDelay("fixed:60")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	slow := join(t, ctx, ClientConfig{Server: ts.addr, ID: 0, Clients: 4, Delay: hung})
+	waitFor(t, "the straggler's first task", func() bool { return strings.Contains(slow.log.String(), "joined") })
+	// The others take 0.2 s a task, so that the run outlasts the timeout.
+	fast, err := ParseDelay("fixed:0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []*testClient
+	for k := 1; k < 4; k++ {
+		cs = append(cs, join(t, context.Background(), ClientConfig{Server: ts.addr, ID: k, Clients: 4, Delay: fast}))
+	}
+	sum := ts.wait(t)
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the run took %v: the straggler held its slot", took)
+	}
+	for _, cl := range cs {
+		cl.wait(t)
+	}
+	cancel()
+	<-slow.done
+	if sum.Rounds != 6 {
+		t.Errorf("%d steps, want 6", sum.Rounds)
+	}
+	for _, b := range readRun(t, c.Dir()) {
+		if b.Clients != 1 {
+			t.Errorf("buffer %d: %d uploads, want 1", b.Round, b.Clients)
+		}
+	}
+	if sum.Withdrawn < 1 || int(sum.Withdrawn) != asyncRefusals(t, metrics, "timeout") {
+		t.Errorf("the summary counts %d tasks withdrawn, the metric %d; want the same, at least 1", sum.Withdrawn, asyncRefusals(t, metrics, "timeout"))
+	}
+	if !strings.Contains(ts.log.String(), "client 0: its update from model version 0 refused: not Ready within the task timeout 500ms") {
+		t.Errorf("the server did not log the withdrawal:\n%s", ts.log)
+	}
+	if !strings.Contains(ts.log.String(), "client 0: its late Ready for the withdrawn task of model version 0 ignored") {
+		t.Errorf("the straggler did not answer the Discard with its Ready:\n%s", ts.log)
+	}
+	waitFor(t, "the straggler's log of the Discard", func() bool {
+		return strings.Contains(slow.log.String(), "update from model version 0 refused: not Ready within the task timeout")
+	})
+}

@@ -45,22 +45,26 @@ func (c *Client) announced(runID []byte) *pb.Ready {
 
 // task trains from the Task's model, waits the client's delay, and says
 // Ready; the weights it held before are dropped (the server gives a task
-// only once they are used).
-func (c *Client) task(ctx context.Context, stream pb.Federation_SessionClient, runID []byte, tk *pb.Task) error {
+// only once they are used). A Discard of the task (withdrawn past the
+// server's task timeout) that comes while the client waits its delay
+// ends the task at once, its work dropped, with the late Ready the server
+// awaits before it gives the client a next Task. Another message that ends the wait (the run finished) is
+// returned for the session to act on, the task dropped.
+func (c *Client) task(ctx context.Context, stream pb.Federation_SessionClient, in <-chan *pb.ServerMessage, runID []byte, tk *pb.Task) (*pb.ServerMessage, error) {
 	c.held = nil
 	v := tk.GetVersion()
 	global, err := decodeTensors(tk.GetGlobal(), c.specs)
 	if err != nil {
-		return fmt.Errorf("task from model version %d: the global model: %w", v, err) // the session ends: the server frees its slot
+		return nil, fmt.Errorf("task from model version %d: the global model: %w", v, err) // the session ends: the server frees its slot
 	}
 	start := time.Now()
 	local, loss, err := c.train(ctx, v+1, global, time.Time{})
 	if err != nil {
 		if c.su.Pool != nil && ctx.Err() == nil {
 			c.log.Printf("task from model version %d: local training failed: %v", v, trainerFailure(err))
-			return errors.New("local training failed") // the session ends: the server frees its slot
+			return nil, errors.New("local training failed") // the session ends: the server frees its slot
 		}
-		return &setupError{err}
+		return nil, &setupError{err}
 	}
 	trained := time.Since(start)
 	c.cfg.Metrics.trained(trained)
@@ -68,10 +72,14 @@ func (c *Client) task(ctx context.Context, stream pb.Federation_SessionClient, r
 		loss = 0 // computed on the client's data, and not privatized
 	}
 	if d := c.cfg.Delay.wait(c.runSecret, c.cfg.ID, c.cfg.Clients, int(v)); d > 0 {
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return ctx.Err()
+		if next, waited, err := c.delay(ctx, in, v, d); !waited {
+			if next == nil && err == nil {
+				// Withdrawn: the work is dropped, and the Ready the
+				// server awaits says the client is idle (it is ignored,
+				// at no cost), so that it gets a next Task.
+				_ = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Ready{Ready: &pb.Ready{Version: v}}})
+			}
+			return next, err
 		}
 	}
 	c.held = &heldWeights{run: string(runID), version: v, base: global, local: local, loss: loss}
@@ -80,7 +88,43 @@ func (c *Client) task(ctx context.Context, stream pb.Federation_SessionClient, r
 	// says why to the session's reader: the weights are announced again
 	// if the client joins again.
 	_ = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Ready{Ready: &pb.Ready{Version: v, Loss: loss}}})
-	return nil
+	return nil, nil
+}
+
+// delay waits d after training the task of model version v, reading the
+// server's messages meanwhile; waited is false if something ended the
+// wait first: the task's Discard (no message, no error), another
+// message the session must act on (returned), or the context (its error).
+func (c *Client) delay(ctx context.Context, in <-chan *pb.ServerMessage, v uint32, d time.Duration) (next *pb.ServerMessage, waited bool, err error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+			return nil, true, nil
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case m, ok := <-in:
+			if !ok {
+				// The connection is lost: the weights are trained, so the
+				// client waits on, holds them and announces them in its
+				// next Join, as after any task.
+				in = nil
+				continue
+			}
+			switch b := m.GetBody().(type) {
+			case *pb.ServerMessage_Discard:
+				c.discard(b.Discard)
+				if b.Discard.GetVersion() == v {
+					return nil, false, nil // withdrawn: idle for the next Task
+				}
+			case *pb.ServerMessage_Receipt:
+				c.receipt(b.Receipt)
+			default:
+				return m, false, nil
+			}
+		}
+	}
 }
 
 // used drops the held weights if they went into a buffer of the done

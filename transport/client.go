@@ -74,8 +74,9 @@ type ClientConfig struct {
 	// the support (fl.Attack): for tests and red-teaming. The server is not
 	// told; its messages are ones an honest client could send.
 	Byzantine fl.Attack
-	// Delay, in an asynchronous run, is how long the client waits after
-	// it trained before it says Ready: stragglers for tests and demos.
+	// Delay is how long the client waits after it trained before it says
+	// Ready (mode async) or uploads (mode sync): stragglers for tests,
+	// demos and timing one mode against the other.
 	Delay Delay
 
 	Log *log.Logger
@@ -362,7 +363,7 @@ func (c *Client) session(ctx context.Context) (fin *pb.Finished, joined bool, er
 				c.log.Printf("round %d: %v", b.RoundStart.GetRound(), err)
 			}
 		case *pb.ServerMessage_Task:
-			if err := c.task(ctx, stream, hello.GetRunId(), b.Task); err != nil {
+			if next, err = c.task(ctx, stream, in, hello.GetRunId(), b.Task); err != nil {
 				return nil, true, err
 			}
 		case *pb.ServerMessage_Discard:
@@ -435,12 +436,8 @@ func (c *Client) prepare(y string) error {
 	if c.cfg.Byzantine.Kind != "" {
 		c.log.Printf("attacking as a Byzantine client: %v (the server is not told)", c.cfg.Byzantine)
 	}
-	switch {
-	case c.cfg.Delay.Kind == "":
-	case c.async():
-		c.routine("a straggler by choice: --delay %v after each task's training", c.cfg.Delay)
-	default:
-		c.log.Printf("--delay %v is for asynchronous runs; this run is synchronous (mode sync), and the client does not wait", c.cfg.Delay)
+	if c.cfg.Delay.Kind != "" {
+		c.routine("a straggler by choice: --delay %v after each task's (sync: round's) training", c.cfg.Delay)
 	}
 	return nil
 }
@@ -588,6 +585,16 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 	trained := time.Since(start)
 	if held == nil {
 		c.cfg.Metrics.trained(trained)
+		// A synchronous round's straggler waits its --delay too, so that
+		// the same fleet of stragglers can time sync against async
+		// (scripts/async-deployed.sh). The round's deadline still holds.
+		if d := c.cfg.Delay.wait(c.runSecret, c.cfg.ID, c.cfg.Clients, int(t)-1); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 	}
 
 	var next *pb.ServerMessage

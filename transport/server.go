@@ -53,6 +53,11 @@ type ServerConfig struct {
 	// RoundTimeout is each round's deadline: the round ends with the
 	// uploads received by then.
 	RoundTimeout time.Duration
+	// TaskTimeout, mode async, is how long a client given a Task has to
+	// train and say Ready; then the task is withdrawn and its slot given
+	// to another client (default RoundTimeout: what a synchronous round
+	// gives a client to train and upload).
+	TaskTimeout time.Duration
 	// KeyShareTimeout is how long after a round starts a paired client
 	// has to send its key share (it sends it before it trains); then its
 	// partner is told to encode alone (default 30 s, at most half the
@@ -139,6 +144,9 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	if cfg.Grace == 0 {
 		cfg.Grace = 2 * time.Minute
 	}
+	if cfg.TaskTimeout == 0 {
+		cfg.TaskTimeout = cfg.RoundTimeout
+	}
 	if cfg.KeyShareTimeout == 0 {
 		cfg.KeyShareTimeout = min(30*time.Second, cfg.RoundTimeout/2)
 	}
@@ -148,8 +156,8 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 	if fleet && cfg.MaxWait > 0 && cfg.MaxWait <= cfg.Grace {
 		return nil, fmt.Errorf("max-wait %v must exceed grace %v: with min-clients 0 a round waits the grace for the whole fleet, then for at least one client up to max-wait", cfg.MaxWait, cfg.Grace)
 	}
-	if cfg.Grace < 0 || cfg.KeyShareTimeout < 0 || cfg.JoinTimeout < 0 {
-		return nil, fmt.Errorf("grace %v, key-share timeout %v and join timeout %v must be positive", cfg.Grace, cfg.KeyShareTimeout, cfg.JoinTimeout)
+	if cfg.Grace < 0 || cfg.KeyShareTimeout < 0 || cfg.JoinTimeout < 0 || cfg.TaskTimeout < 0 {
+		return nil, fmt.Errorf("grace %v, key-share timeout %v, join timeout %v and task timeout %v must be positive", cfg.Grace, cfg.KeyShareTimeout, cfg.JoinTimeout, cfg.TaskTimeout)
 	}
 	for id := range cfg.Roster {
 		if int(id) >= c.Clients {
@@ -506,6 +514,9 @@ func (s *Server) record(r report.Round, took *phases, err error) (stop bool, _ e
 	stale := ""
 	if s.async != nil {
 		stale = fmt.Sprintf(", staleness mean %.2f max %d, %d refused as stale", r.Staleness, r.MaxStaleness, r.Refused)
+		if r.Withdrawn > 0 {
+			stale += fmt.Sprintf(", %d tasks withdrawn past the task timeout", r.Withdrawn)
+		}
 	}
 	s.log.Printf("%s %d done: %d uploads, %d missing%s%s, %.3g bits/param, eps spent %g; checkpoint saved, model sha256 %x; took %s",
 		s.step(), r.Round, r.Clients, r.Dropped, stale, acc, r.UplinkBitsPerParam, r.EpsilonSpent, short(s.eng.Global()), took)

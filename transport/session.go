@@ -304,9 +304,7 @@ func (s *Server) join(ctx context.Context, j *pb.Join, challenge []byte, addr st
 		sess.send(&pb.ServerMessage{Body: &pb.ServerMessage_Finished{Finished: s.finished}})
 	}
 	if s.async != nil {
-		if r := j.GetReady(); r != nil {
-			s.reannounce(sess, r)
-		}
+		s.reannounce(sess, j.GetReady())
 		s.dispatch()
 	}
 	weighed := ""

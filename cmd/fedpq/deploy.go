@@ -87,6 +87,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	grace := fs.Duration("grace", 2*time.Minute, "with min-clients 0, how long a round waits for missing clients before it goes on at once with those connected (with none, it waits for the first, then --gather for the rest)")
 	maxWait := fs.Duration("max-wait", 0, "how long a round waits for the clients it needs (min-clients; with min-clients 0, after --grace, a first one) before the server stops with an error naming who is missing, its checkpoint kept (0: for ever)")
 	timeout := fs.Duration("round-timeout", 10*time.Minute, "deadline of each round: it ends with the uploads it has")
+	taskTimeout := fs.Duration("task-timeout", 0, "mode async: how long a client given a task has to train and say ready; then the task is withdrawn, the client told, and its slot given to another client (0: --round-timeout)")
 	keyShares := fs.Duration("key-share-timeout", 30*time.Second, "how long a paired client has to send its key share before its partner encodes alone (at most half the round)")
 	joinTimeout := fs.Duration("join-timeout", 10*time.Second, "how long a connection has to join before it is closed")
 	token := fs.String("token", "", "join token clients must present (default $FEDPQ_TOKEN)")
@@ -132,7 +133,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	logger := log.New(stderr, "fedpq server: ", log.LstdFlags)
 	cfg := transport.ServerConfig{
-		Run: c, MinClients: *minClients, Gather: *gather, Grace: *grace, MaxWait: *maxWait, RoundTimeout: *timeout,
+		Run: c, MinClients: *minClients, Gather: *gather, Grace: *grace, MaxWait: *maxWait, RoundTimeout: *timeout, TaskTimeout: *taskTimeout,
 		KeyShareTimeout: min(*keyShares, *timeout/2), JoinTimeout: *joinTimeout, Token: *token, Log: logger,
 	}
 	if *rosterPath != "" {
@@ -231,8 +232,8 @@ restarts). docs/security.md says what each protects against.
 
 In an asynchronous run (the server's --mode async) the client trains when
 the server gives it a task, says it is ready, and holds its weights until a
-buffer asks for them, across reconnections and server restarts; --delay
-makes it a straggler, for tests and demos.
+buffer asks for them, across reconnections and server restarts. --delay
+makes a client a straggler in either mode, for tests and demos.
 `
 
 // clientPolicyFile is the YAML of fedpq client --policy: every key optional.
@@ -301,7 +302,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	serverName := fs.String("tls-server-name", "", "name to check the server's certificate against, where --server dials another (an address, a port-forward); default: the host of --server")
 	seed := fs.String("seed", "", "seed the client's randomness (tests only: a deployment draws it from the system)")
 	byzantine := fs.String("byzantine", "", "attack as a Byzantine client, within the support, for tests and red-teaming: sign-flip, scale:S, label-flip, constant or extreme (docs/security.md); every client of the process attacks, and the server is not told")
-	delayFlag := fs.String("delay", "", "in an asynchronous run (mode async), wait this long after training before saying ready, to make real stragglers for tests and demos: fixed:S (S seconds), lognormal:MEDIAN_S:SIGMA (each task's wait lognormal), or tail:F:X:S (the fraction F of the run's clients, the lowest ids, X times slower: X*S seconds, the others S; as fedpq run's --speed tail:F:X); default none")
+	delayFlag := fs.String("delay", "", "wait this long after training before saying ready (mode async) or uploading (mode sync, within the round's deadline), to make real stragglers for tests and demos: fixed:S (S seconds), lognormal:MEDIAN_S:SIGMA (each task's wait lognormal), or tail:F:X:S (the fraction F of the run's clients, the lowest ids, X times slower: X*S seconds, the others S; as fedpq run's --speed tail:F:X); default none")
 	retry := fs.Duration("retry-for", 5*time.Minute, "how long to keep reconnecting to a lost server")
 	statePath := fs.String("state", "", "file recording the rounds this client answered and each run's beacon, across restarts; default: client-K-of-N.state (client-K.state with --data) beside the default key. With several clients: the directory of their state files")
 	policyPath := fs.String("policy", "", "YAML file of the client's policy: require_secure_aggregation, corrupt, min_clients (the flags win)")

@@ -44,7 +44,7 @@ var byzantineGroup = helpGroup{"Byzantine clients, to measure robustness (docs/s
 var helpGroups = map[string][]helpGroup{
 	"run": slices.Insert(slices.Clone(runGroups), len(runGroups)-1, byzantineGroup),
 	"server": append([]helpGroup{{"Server", []string{"listen", "token", "roster", "tls-cert", "tls-key", "min-clients",
-		"gather", "grace", "max-wait", "round-timeout", "key-share-timeout", "join-timeout", "linger"}}}, runGroups...),
+		"gather", "grace", "max-wait", "round-timeout", "task-timeout", "key-share-timeout", "join-timeout", "linger"}}}, runGroups...),
 	"attack": {
 		{"Data and model", []string{"dataset", "data-dir", "model", "checkpoint", "seed"}},
 		{"What the client sends", []string{"mechanism", "batch", "message", "lr", "range"}},
