@@ -213,9 +213,13 @@ func (s *Server) reannounce(sess *session, r *pb.Ready) {
 }
 
 // enqueue queues sess's weights trained from version v, at the head if
-// first, unless they are staler than MaxStaleness. s.mu is held.
+// first, unless they are staler than MaxStaleness or the run has made its
+// last step. s.mu is held.
 func (s *Server) enqueue(sess *session, v int, first bool) {
 	a := s.async
+	if s.eng.Done() >= s.eng.Rounds() {
+		return // the run is over: no buffer is left to take them, or to record a refusal
+	}
 	if st := s.eng.Done() - v; s.stale(st) {
 		s.discard(sess, v, s.staleReason(v, st), "stale")
 		return
