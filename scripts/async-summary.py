@@ -13,12 +13,13 @@ mode, their mean ± standard error over the seeds that reached the target
 import argparse, csv, glob, json, math, os, statistics, sys
 
 TARGETS = (0.95, 0.97)
-MODES = ["sync-all", "sync-100", "sync-over", "fedasync", "fedbuff10", "fedbuff50", "fedbuff100"]
+MODES = ["sync-all", "sync-100", "sync-over", "fedasync", "fedasync-lr0.1", "fedbuff10", "fedbuff50", "fedbuff100"]
 LABELS = {
     "sync-all": "sync, all 1,000 a round",
     "sync-100": "sync, 100 a round",
     "sync-over": "sync, 100 of 130 (over-selection 0.3)",
     "fedasync": "FedAsync (K 1)",
+    "fedasync-lr0.1": "FedAsync (K 1), global lr 0.1",
     "fedbuff10": "FedBuff K 10",
     "fedbuff50": "FedBuff K 50",
     "fedbuff100": "FedBuff K 100",

@@ -10,6 +10,8 @@
 #   sync-100     synchronous, 100 clients a round
 #   sync-over    synchronous, 100 a round from 130 sampled (the first 100 to finish)
 #   fedasync     FedAsync: a step per upload (buffer 1), 100 clients training at once
+#   fedasync-lr0.1   the same at global learning rate 0.1 (not in MODES by default:
+#                its step is a tenth, for the many small steps of buffers of one)
 #   fedbuff10, fedbuff50, fedbuff100   FedBuff, a step every 10, 50 or 100 uploads
 #
 # async modes weigh an upload s steps stale by (1+s)^-0.5 (FedBuff's
@@ -41,6 +43,7 @@ args() { # args MODE: the mode's flags, its rounds and evaluations spending UPLO
     sync-100) echo "--clients-per-round 100 --rounds $((UPLOADS / 100)) --eval-every $((every / 100))" ;;
     sync-over) echo "--clients-per-round 100 --over-select 0.3 --rounds $((UPLOADS / 100)) --eval-every $((every / 100))" ;;
     fedasync) echo "$async --buffer 1 --rounds $UPLOADS --eval-every $every" ;;
+    fedasync-lr0.1) echo "$async --buffer 1 --global-lr 0.1 --rounds $UPLOADS --eval-every $every" ;;
     fedbuff*) k=${1#fedbuff}; echo "$async --buffer $k --rounds $((UPLOADS / k)) --eval-every $((every / k))" ;;
     *) echo "unknown mode $1" >&2; exit 2 ;;
   esac
