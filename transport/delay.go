@@ -3,7 +3,6 @@ package transport
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -80,8 +79,7 @@ func (d Delay) wait(secret []byte, k, n, v int) time.Duration {
 	case "":
 		return 0
 	case "lognormal":
-		r := rand.New(corr.Derive(secret, "delay", uint64(v)))
-		s *= math.Exp(d.Sigma * r.NormFloat64())
+		s *= math.Exp(d.Sigma * corr.Derive(secret, "delay", uint64(k), uint64(v)).NormFloat64())
 	case "tail":
 		// The slowest clients are the first F n ids: with a partition
 		// a-b/N, the fleet's share of them is plain from its range.
