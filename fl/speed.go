@@ -240,9 +240,17 @@ func (e *Engine) fastest(t int, sel []int) []int {
 	if len(sel) <= k {
 		return sel
 	}
-	kept := slices.Clone(sel)
-	slices.SortStableFunc(kept, func(a, b int) int { return cmp.Compare(e.clock.time(a, t), e.clock.time(b, t)) })
-	kept = kept[:k]
+	// Each time is a stream derived afresh: drawn once, not per comparison.
+	order := make([]int, len(sel))
+	times := make([]float64, len(sel))
+	for i, c := range sel {
+		order[i], times[i] = i, e.clock.time(c, t)
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(times[a], times[b]) })
+	kept := make([]int, k)
+	for i, pos := range order[:k] {
+		kept[i] = sel[pos]
+	}
 	slices.Sort(kept)
 	return kept
 }
