@@ -205,6 +205,11 @@ func (e *Engine) runAsync(ctx context.Context, observe func(report.Round) error)
 	}
 	var buf []*job
 	for e.done < e.cfg.Rounds {
+		// As a synchronous run stops after the round under way: a step
+		// whose members had all trained would not otherwise see it.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		e.fill()
 		if len(a.flight) == 0 {
 			return errors.New("fl: no client in flight") // unreachable: Buffer <= Concurrency
