@@ -4,9 +4,11 @@
   scripts/async-summary.py runs/async-table                 # the table
   scripts/async-summary.py runs/async-table --csv out.csv   # and one line per run
   scripts/async-summary.py --from docs/results/async-table.csv
+  scripts/async-summary.py --real runs/async-deployed       # scripts/async-deployed.sh's
 
 For each run (a directory NAME = MODE-MECH-sSEED with metrics.jsonl and
-summary.json): the virtual clock and the uploads at the first evaluation
+summary.json): the virtual clock (with --real, a deployed run's real
+seconds) and the uploads at the first evaluation
 reaching each target, the final accuracy. The table gives, per mechanism and
 mode, their mean ± standard error over the seeds that reached the target
 (with how many did), and the time to each target against sync-100's."""
@@ -24,6 +26,7 @@ LABELS = {
     "fedbuff50": "FedBuff K 50",
     "fedbuff100": "FedBuff K 100",
 }
+CLOCK = "clock"  # the metrics' time: "seconds" with --real
 FIELDS = ["mode", "mech", "seed", "clock95", "uploads95", "clock97", "uploads97", "final", "clock", "uploads"]
 
 
@@ -34,7 +37,7 @@ def read_run(d):
     for line in open(os.path.join(d, "metrics.jsonl")):
         r = json.loads(line)
         row["uploads"] += r["clients"]
-        row["clock"] = r.get("clock", 0.0)
+        row["clock"] = r.get(CLOCK, 0.0)
         a = r.get("accuracy")
         if a is None:
             continue
@@ -72,14 +75,23 @@ def cell(rows, key, n, fmt):
     return s + ("" if len(xs) == n else " (%d of %d)" % (len(xs), n))
 
 
+def modes(rows):
+    """The modes run, in MODES' order, then any other (sync-20, say)."""
+    seen = {r["mode"] for r in rows}
+    return [m for m in MODES if m in seen] + sorted(seen - set(MODES))
+
+
 def table(rows):
     out = []
+    clock = "real s" if CLOCK == "seconds" else "virtual s"
+    setting = "deployed, --delay tail:0.1:10:1" if CLOCK == "seconds" else "speed tail:0.1:10"
     for mech in sorted({r["mech"] for r in rows}, key=["ldpq", "corbin", "none"].index):
-        out.append("\n%s, MNIST IID, 1,000 clients, speed tail:0.1:10, 10,000 uploads a run\n" % mech)
-        out.append("| mode | seeds | to 95%: virtual s | uploads | to 97%: virtual s | uploads | final accuracy (%) | 95% time vs sync-100 |")
+        most = max(int(r["uploads"]) for r in rows if r["mech"] == mech)
+        out.append("\n%s, MNIST IID, 1,000 clients, %s, %s uploads a run\n" % (mech, setting, format(most, ",")))
+        out.append("| mode | seeds | to 95%%: %s | uploads | to 97%%: %s | uploads | final accuracy (%%) | 95%% time vs sync-100 |" % (clock, clock))
         out.append("|---|---|---|---|---|---|---|---|")
         base = [float(r["clock95"]) for r in rows if r["mech"] == mech and r["mode"] == "sync-100" and r.get("clock95") not in (None, "")]
-        for mode in MODES:
+        for mode in modes(rows):
             rs = [r for r in rows if r["mech"] == mech and r["mode"] == mode]
             if not rs:
                 continue
@@ -89,7 +101,7 @@ def table(rows):
             ratio = "%.2fx" % (statistics.mean(base) / statistics.mean(t95)) if base and t95 else ""
             final = "%.2f ± %.2f" % fin if n > 1 else "%.2f" % fin[0]
             out.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
-                LABELS[mode], n, cell(rs, "clock95", n, "%.1f"), cell(rs, "uploads95", n, "%.0f"),
+                LABELS.get(mode, mode), n, cell(rs, "clock95", n, "%.1f"), cell(rs, "uploads95", n, "%.0f"),
                 cell(rs, "clock97", n, "%.1f"), cell(rs, "uploads97", n, "%.0f"), final, ratio))
     return "\n".join(out)
 
@@ -98,8 +110,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="*", help="directories of runs (scripts/async-table.sh's OUT)")
     ap.add_argument("--csv", help="write one line per run to this file")
+    ap.add_argument("--real", action="store_true", help="deployed runs (scripts/async-deployed.sh): real seconds, not the virtual clock")
     ap.add_argument("--from", dest="src", help="read the runs from a CSV written by --csv instead")
     a = ap.parse_args()
+    global CLOCK
+    if a.real:
+        CLOCK = "seconds"
     rows = runs(a.dirs)
     if a.src:
         rows += list(csv.DictReader(open(a.src)))
@@ -109,7 +125,8 @@ def main():
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, FIELDS)
             w.writeheader()
-            for r in sorted(rows, key=lambda r: (r["mech"], MODES.index(r["mode"]), int(r["seed"]))):
+            order = modes(rows)
+            for r in sorted(rows, key=lambda r: (r["mech"], order.index(r["mode"]), int(r["seed"]))):
                 w.writerow({k: r.get(k, "") for k in FIELDS})
     print(table(rows))
 
