@@ -26,7 +26,7 @@ type heldWeights struct {
 	version  uint32 // the model version trained from
 	base     [][]float32
 	local    [][]float32
-	loss     float64 // as sent: 0 where the run keeps losses private
+	loss     float64 // sent in the buffer's Upload: 0 where the run keeps losses private
 	uploaded uint32  // the buffer they were uploaded in, 0 if none yet
 }
 
@@ -40,7 +40,7 @@ func (c *Client) announced(runID []byte) *pb.Ready {
 	if h == nil || h.run != string(runID) {
 		return nil
 	}
-	return &pb.Ready{Version: h.version, Loss: h.loss, Uploaded: h.uploaded}
+	return &pb.Ready{Version: h.version, Uploaded: h.uploaded}
 }
 
 // task trains from the Task's model, waits the client's delay, and says
@@ -87,7 +87,7 @@ func (c *Client) task(ctx context.Context, stream pb.Federation_SessionClient, i
 	// A stream that ended meanwhile (the run finished, the server went)
 	// says why to the session's reader: the weights are announced again
 	// if the client joins again.
-	_ = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Ready{Ready: &pb.Ready{Version: v, Loss: loss}}})
+	_ = stream.Send(&pb.ClientMessage{Body: &pb.ClientMessage_Ready{Ready: &pb.Ready{Version: v}}})
 	return nil, nil
 }
 

@@ -1028,11 +1028,11 @@ func (x *Task) GetGlobal() [][]byte {
 
 // Ready tells the server of an asynchronous run that the client trained
 // from model version `version` and holds its weights, unsent, until a
-// buffer's RoundStart asks for them.
+// buffer's RoundStart asks for them. Its training loss goes in the
+// buffer's Upload, as in a round.
 type Ready struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Loss          float64                `protobuf:"fixed64,2,opt,name=loss,proto3" json:"loss,omitempty"`
 	Uploaded      uint32                 `protobuf:"varint,3,opt,name=uploaded,proto3" json:"uploaded,omitempty"` // in a Join: the buffer the weights were uploaded in, 0 if none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1071,13 +1071,6 @@ func (*Ready) Descriptor() ([]byte, []int) {
 func (x *Ready) GetVersion() uint32 {
 	if x != nil {
 		return x.Version
-	}
-	return 0
-}
-
-func (x *Ready) GetLoss() float64 {
-	if x != nil {
-		return x.Loss
 	}
 	return 0
 }
@@ -2632,11 +2625,10 @@ const file_fedpq_proto_rawDesc = "" +
 	"\aversion\x18\f \x01(\rR\aversion\"8\n" +
 	"\x04Task\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
-	"\x06global\x18\x02 \x03(\fR\x06global\"Q\n" +
+	"\x06global\x18\x02 \x03(\fR\x06global\"I\n" +
 	"\x05Ready\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
-	"\x04loss\x18\x02 \x01(\x01R\x04loss\x12\x1a\n" +
-	"\buploaded\x18\x03 \x01(\rR\buploaded\";\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1a\n" +
+	"\buploaded\x18\x03 \x01(\rR\buploadedJ\x04\b\x02\x10\x03R\x04loss\";\n" +
 	"\aDiscard\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x8f\x01\n" +
