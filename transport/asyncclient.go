@@ -30,8 +30,13 @@ type heldWeights struct {
 	uploaded uint32  // the buffer they were uploaded in, 0 if none yet
 }
 
-// async reports whether the client's run is asynchronous.
-func (c *Client) async() bool { return c.su.Config.Mode == "async" }
+// tasked reports whether the client's server gives it Tasks, and its
+// rounds ask for the weights it trained and holds: an asynchronous run,
+// or a synchronous one that over-selects (the server keeps the first of
+// its round's sample to finish).
+func (c *Client) tasked() bool {
+	return c.su.Config.Mode == "async" || c.su.Config.OverSelect > 0
+}
 
 // announced is the Ready a Join carries: the weights the client holds for
 // run runID, if it holds any.
