@@ -13,8 +13,8 @@
 #
 # For each it prints the server's real seconds (metrics.jsonl `seconds`,
 # from the server's start, the fleet's joins included) and the uploads
-# spent to first reach each target accuracy. The deployed server has no
-# over-selection (--over-select is refused there), so sync is plain.
+# spent to first reach each target accuracy. The synchronous run does not
+# over-select (fedpq server --over-select F would), so sync is plain.
 #
 #   scripts/async-deployed.sh                 # N P K S MECHANISM
 #   scripts/async-deployed.sh 200 20 10 1 none
