@@ -317,6 +317,7 @@ func (rec *Recorder) add(r report.Round) error {
 	s.Uploads += int64(r.Clients)
 	s.Refused += int64(r.Refused)
 	s.Withdrawn += int64(r.Withdrawn)
+	s.Cut += int64(r.Cut)
 	if r.Accuracy != nil {
 		s.FinalAccuracy = *r.Accuracy
 		if *r.Accuracy > s.BestAccuracy {

@@ -111,6 +111,9 @@ func (e *Engine) setMode(n int) error {
 	if e.clock, err = newClock(e.cfg.Speed, e.secret, n); err != nil {
 		return err
 	}
+	if e.cfg.OverSelect > 0 && sim && !e.cfg.async() && e.cfg.Speed.Kind == "" {
+		return errors.New("fl: over_select keeps the clients that finish first, which in a simulation needs a speed model (speed tail:0.1:10, say)")
+	}
 	if e.cfg.OverSelect > 0 && e.cfg.DP.on() {
 		return errors.New("fl: over_select keeps the fastest clients, not a secret uniform sample: DP-FedAvg's amplification by sampling would not hold")
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -253,6 +254,110 @@ func TestOverSelect(t *testing.T) {
 			t.Errorf("round %d lasted %v s, its slowest kept client %v s", r.Round, r.Clock-prev, slowest)
 		}
 		prev = r.Clock
+	}
+}
+
+// TestOversampleKept: Oversample draws ceil(K (1 + f)) clients of those
+// online, the same for whoever asks; Begin keeps the K of them that
+// finish first, through BeginKept; BeginKept refuses a kept set that is
+// not a subset of the sample, in increasing order, of at most K. A
+// deployed server (no speed model) may over-select: it begins rounds
+// among any K of the sample it keeps, and Begin, which has no clock to
+// rank them by, says so.
+func TestOversampleKept(t *testing.T) {
+	const clients, dim, k = 40, 2, 5
+	cfg := baseConfig()
+	cfg.ClientsPerRound, cfg.OverSelect, cfg.Rounds = k, 0.5, 3
+	sim := cfg
+	var err error
+	if sim.Speed, err = ParseSpeed("tail:0.3:10"); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(sim, fakeTask(clients, dim, func(int) int { return 1 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	online := []int{1, 2, 3, 5, 8, 13, 21, 34, 35, 36, 37, 38, 39}
+	sample, err := e.Oversample(1, online)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sample) != 8 || !slices.IsSorted(sample) {
+		t.Fatalf("sampled %v: want 8 clients (ceil(5 x 1.5)), increasing", sample)
+	}
+	for _, c := range sample {
+		if !contains(online, c) {
+			t.Errorf("sampled client %d, which is not online", c)
+		}
+	}
+	again, _ := e.Oversample(1, online)
+	if !slices.Equal(again, sample) || !slices.Equal(e.sample(1, online), sample) {
+		t.Errorf("the sample is not the run's: %v, then %v", sample, again)
+	}
+	p, err := e.Begin(1, online)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := e.fastest(1, sample); !slices.Equal(p.Clients, want) || len(want) != k {
+		t.Errorf("Begin kept %v, want the %d fastest %v", p.Clients, k, want)
+	}
+	for _, c := range []struct {
+		kept []int
+		want string
+	}{
+		{sample[:k+1], "more than clients_per_round"},
+		{[]int{sample[1], sample[0]}, "not in increasing order"},
+		{[]int{0}, "its sample does not hold"},
+		{[]int{4}, "its sample does not hold"},
+	} {
+		if _, err := e.BeginKept(1, online, c.kept); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("BeginKept(%v): %v, want an error saying %q", c.kept, err, c.want)
+		}
+	}
+	if _, err := e.BeginKept(2, online, sample[:1]); err == nil {
+		t.Error("BeginKept began round 2 before round 1")
+	}
+
+	// A deployed server: no speed model, its own kept set.
+	task := fakeTask(clients, dim, func(int) int { return 1 })
+	task.Clients, task.Remote = nil, clients
+	srv, err := New(cfg, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range online {
+		if err := srv.Enroll(c, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := srv.Begin(1, online); err == nil || !strings.Contains(err.Error(), "no clock") {
+		t.Errorf("a server's Begin over-selected with no clock: %v", err)
+	}
+	got, err := srv.Oversample(1, online)
+	if err != nil || !slices.Equal(got, sample) {
+		t.Errorf("the server sampled %v (%v); the simulation of the same seed %v", got, err, sample)
+	}
+	kept := []int{sample[0], sample[3], sample[7]}
+	if p, err := srv.BeginKept(1, online, kept); err != nil || !slices.Equal(p.Clients, kept) {
+		t.Errorf("BeginKept(%v): %v, %v", kept, p, err)
+	}
+
+	// Without over-selection the sample is the round: nothing else is kept.
+	plain := baseConfig()
+	plain.ClientsPerRound = k
+	e, err = New(plain, fakeTask(clients, dim, func(int) int { return 1 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample, _ = e.Oversample(1, nil)
+	if len(sample) != k {
+		t.Errorf("sampled %d clients without over-selection, want %d", len(sample), k)
+	}
+	if _, err := e.BeginKept(1, nil, sample[:k-1]); err == nil || !strings.Contains(err.Error(), "does not over-select") {
+		t.Errorf("kept part of the sample without over-selection: %v", err)
+	}
+	if p, err := e.BeginKept(1, nil, sample); err != nil || !slices.Equal(p.Clients, sample) {
+		t.Errorf("BeginKept(the sample): %v, %v", p, err)
 	}
 }
 

@@ -2,8 +2,10 @@ package fl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 
@@ -82,9 +84,77 @@ func (e *Engine) round(ctx context.Context, t int) (report.Round, error) {
 }
 
 // Begin starts round t among the clients online (ids; nil means all):
-// it samples the round's clients from them, draws the pairing or group
-// order and chooses the ranges.
+// it samples the round's clients from them (Oversample), keeps, where
+// the run over-selects, the ClientsPerRound that finish first on the
+// speed model's clock, and begins the round among them (BeginKept): it
+// draws the pairing or group order and chooses the ranges.
 func (e *Engine) Begin(t int, online []int) (*Plan, error) {
+	sel, err := e.Oversample(t, online)
+	if err != nil {
+		return nil, err
+	}
+	if e.cfg.OverSelect > 0 {
+		if e.clock == nil {
+			return nil, errors.New("fl: an over-selected round with no clock to rank its clients: a deployed server runs Oversample, then BeginKept with the first to finish")
+		}
+		sel = e.fastest(t, sel)
+	}
+	return e.BeginKept(t, online, sel)
+}
+
+// Oversample draws round t's clients from those online (ids; nil means
+// all), in increasing order: ceil(ClientsPerRound (1 + OverSelect)) of
+// them where the run over-selects, else the round's clients themselves.
+// The draw is the run's secret's, the same whoever asks; a deployed
+// server gives each a task and keeps those that finish first
+// (BeginKept).
+func (e *Engine) Oversample(t int, online []int) ([]int, error) {
+	online, err := e.online(t, online)
+	if err != nil {
+		return nil, err
+	}
+	return e.sample(t, online), nil
+}
+
+// BeginKept begins round t among kept, the clients of its sample
+// (Oversample, among the same online) that it keeps, by id, increasing:
+// at most ClientsPerRound of them where the run over-selects, else the
+// whole sample. It draws the pairing or group order among them and
+// chooses the ranges; the clients sampled and not kept take no part.
+func (e *Engine) BeginKept(t int, online, kept []int) (*Plan, error) {
+	online, err := e.online(t, online)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.budget(t, len(online)); err != nil {
+		return nil, err
+	}
+	sel := e.sample(t, online)
+	switch {
+	case e.cfg.OverSelect == 0 && !slices.Equal(kept, sel):
+		return nil, fmt.Errorf("fl: round %d keeps %d clients, but the run does not over-select: it is begun among its whole sample of %d", t, len(kept), len(sel))
+	case e.cfg.OverSelect > 0 && len(kept) > e.cfg.ClientsPerRound:
+		return nil, fmt.Errorf("fl: round %d keeps %d clients, more than clients_per_round %d", t, len(kept), e.cfg.ClientsPerRound)
+	}
+	for i, k := range kept {
+		switch {
+		case i > 0 && k <= kept[i-1]:
+			return nil, fmt.Errorf("fl: round %d's kept clients are not in increasing order (%d after %d)", t, k, kept[i-1])
+		case !inSorted(sel, k):
+			return nil, fmt.Errorf("fl: round %d keeps client %d, which its sample does not hold", t, k)
+		}
+	}
+	return e.plan(t, slices.Clone(kept), len(online), nil)
+}
+
+func inSorted(s []int, x int) bool {
+	_, ok := slices.BinarySearch(s, x)
+	return ok
+}
+
+// online checks that round t is the next and that the clients online
+// (nil: all) are enrolled, and returns them.
+func (e *Engine) online(t int, online []int) ([]int, error) {
 	if t != e.done+1 {
 		return nil, fmt.Errorf("fl: round %d begun after round %d", t, e.done)
 	}
@@ -99,14 +169,7 @@ func (e *Engine) Begin(t int, online []int) (*Plan, error) {
 			return nil, fmt.Errorf("fl: client %d is not enrolled", k)
 		}
 	}
-	if err := e.budget(t, len(online)); err != nil {
-		return nil, err
-	}
-	sel := e.sample(t, online)
-	if e.cfg.OverSelect > 0 {
-		sel = e.fastest(t, sel)
-	}
-	return e.plan(t, sel, len(online), nil)
+	return online, nil
 }
 
 // plan begins round (or buffer) t among the clients sel, drawn from

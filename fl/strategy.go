@@ -91,10 +91,12 @@ type Strategy struct {
 	// its slowest uploading client. The zero Speed is no clock (sync) or
 	// DefaultAsyncSpeed (async).
 	Speed Speed
-	// OverSelect, in a synchronous simulation under a speed model, samples
-	// ceil(ClientsPerRound (1 + OverSelect)) clients and keeps the
-	// ClientsPerRound that finish first; the others are dropped before
-	// they are paired or send anything. 0: no over-selection.
+	// OverSelect, in a synchronous run, samples ceil(ClientsPerRound (1 +
+	// OverSelect)) clients and keeps the ClientsPerRound that finish
+	// first; the others are dropped before they are paired or send
+	// anything. A simulation ranks them on its speed model's clock (it
+	// needs one); a deployed server gives each a task and keeps the first
+	// to say they are done (Oversample, BeginKept). 0: no over-selection.
 	OverSelect float64
 }
 
@@ -133,8 +135,6 @@ func (s Strategy) ValidateMode() error {
 		switch {
 		case s.Concurrency != 0 || s.Buffer != 0 || s.MaxStaleness != 0 || !s.Staleness.constant():
 			return errors.New("fl: concurrency, buffer, staleness and max_staleness are for mode async; a synchronous round takes clients_per_round")
-		case s.OverSelect > 0 && s.Speed.Kind == "":
-			return errors.New("fl: over_select keeps the clients that finish first, which needs a speed model (speed tail:0.1:10, say)")
 		case s.OverSelect > 0 && s.ClientsPerRound == 0:
 			return errors.New("fl: over_select samples more than clients_per_round clients: set clients_per_round below the clients")
 		case s.OverSelect > 0 && s.Sampling == "poisson":

@@ -78,6 +78,12 @@ type Round struct {
 	MaxStaleness int     `json:"max_staleness,omitempty"`
 	Refused      int     `json:"refused,omitempty"`
 	Withdrawn    int     `json:"withdrawn,omitempty"`
+	// Cut (a deployed synchronous run with over_select) is the clients
+	// the round sampled and gave a task that were not among the first
+	// clients_per_round to finish (or not done by the round's deadline):
+	// told their work was not needed, they sent nothing and were charged
+	// nothing. Clients + Dropped + Cut is the clients given a task.
+	Cut int `json:"cut,omitempty"`
 }
 
 // Summary is summary.json: the outcome of a finished run, what a table of
@@ -109,11 +115,12 @@ type Summary struct {
 	// (report.Round.Clock); Uploads the uploads aggregated, over the
 	// rounds or buffers; Refused the asynchronous uploads refused as too
 	// stale; Withdrawn the tasks withdrawn past a deployed server's task
-	// timeout.
+	// timeout; Cut the over-selected clients cut (Round.Cut).
 	Clock     float64 `json:"clock,omitempty"`
 	Uploads   int64   `json:"uploads,omitempty"`
 	Refused   int64   `json:"refused,omitempty"`
 	Withdrawn int64   `json:"withdrawn,omitempty"`
+	Cut       int64   `json:"cut,omitempty"`
 	Seed      uint64  `json:"seed"`
 	// Initial is the model the run started from, where it came from a
 	// file (init_weights): absent when the seed drew it, and after a resume.

@@ -39,6 +39,9 @@ type asyncState struct {
 	// again and again, and its late Ready costs nothing.
 	withdrawn map[uint32]int
 	timeouts  int // tasks withdrawn since the last step
+	// sampled is, in a synchronous run that over-selects, the clients of
+	// the round being sampled given a task, until the round begins.
+	sampled map[uint32]bool
 	// task is the current version's Task, its tensors encoded once for
 	// every client that gets it.
 	task *pb.Task
@@ -46,7 +49,8 @@ type asyncState struct {
 }
 
 // task is a client's task in flight: the model version it trains from,
-// and the timer that withdraws it past the task timeout.
+// and the timer that withdraws it past the task timeout (nil for an
+// over-selected round's task, which its round's deadline bounds).
 type task struct {
 	version int
 	timer   *time.Timer
@@ -60,7 +64,7 @@ type readyUpdate struct {
 }
 
 func newAsyncState() *asyncState {
-	return &asyncState{tasks: map[uint32]task{}, members: map[uint32]bool{}, withdrawn: map[uint32]int{}}
+	return &asyncState{tasks: map[uint32]task{}, members: map[uint32]bool{}, withdrawn: map[uint32]int{}, sampled: map[uint32]bool{}}
 }
 
 // busy reports whether client id trains, owes a late Ready for a
@@ -74,7 +78,9 @@ func (a *asyncState) busy(id uint32) bool {
 // end takes client id's task out, if it has one, and stops its timer.
 func (a *asyncState) end(id uint32) {
 	if tk, ok := a.tasks[id]; ok {
-		tk.timer.Stop()
+		if tk.timer != nil {
+			tk.timer.Stop()
+		}
 		delete(a.tasks, id)
 	}
 }
@@ -91,8 +97,8 @@ func (a *asyncState) forget(id uint32) {
 // going round the clients by id. s.mu is held.
 func (s *Server) dispatch() {
 	a := s.async
-	if a == nil || s.finished != nil || s.eng.Done() >= s.eng.Rounds() {
-		return
+	if !s.buffered() || s.finished != nil || s.eng.Done() >= s.eng.Rounds() {
+		return // over-selection gives its round's sample their tasks itself
 	}
 	m := s.cfg.Run.Concurrency
 	if len(a.tasks) >= m {
@@ -108,21 +114,29 @@ func (s *Server) dispatch() {
 	// From the id after the last one given a task, and round.
 	i, _ := slices.BinarySearch(ids, a.next)
 	ids = slices.Concat(ids[i:], ids[:i])
-	v := s.eng.Done()
-	if a.task == nil || int(a.task.GetVersion()) != v {
-		a.task = &pb.Task{Version: uint32(v), Global: encodeTensors(s.eng.Global())}
-	}
 	for _, id := range ids {
 		if len(a.tasks) >= m {
 			break
 		}
-		tk := &task{version: v}
-		tk.timer = time.AfterFunc(s.cfg.TaskTimeout, func() { s.expire(id, tk) })
-		a.tasks[id] = *tk
+		s.give(id, s.cfg.TaskTimeout)
 		a.next = id + 1
-		s.sessions[id].send(&pb.ServerMessage{Body: &pb.ServerMessage_Task{Task: a.task}})
 	}
 	s.cfg.Metrics.asyncClients(len(a.tasks), len(a.queue))
+}
+
+// give sends client id a Task of the current model version, withdrawn
+// past timeout if it is positive. s.mu is held.
+func (s *Server) give(id uint32, timeout time.Duration) {
+	a, v := s.async, s.eng.Done()
+	if a.task == nil || int(a.task.GetVersion()) != v {
+		a.task = &pb.Task{Version: uint32(v), Global: encodeTensors(s.eng.Global())}
+	}
+	tk := &task{version: v}
+	if timeout > 0 {
+		tk.timer = time.AfterFunc(timeout, func() { s.expire(id, tk) })
+	}
+	a.tasks[id] = *tk
+	s.sessions[id].send(&pb.ServerMessage{Body: &pb.ServerMessage_Task{Task: a.task}})
 }
 
 // expire withdraws client id's task tk if it is still in flight: the
@@ -154,7 +168,7 @@ func (s *Server) expire(id uint32, tk *task) {
 func (s *Server) ready(sess *session, r *pb.Ready) error {
 	a := s.async
 	if a == nil {
-		return errors.New("a Ready, but the run is synchronous (mode sync)")
+		return errors.New("a Ready, but the run is synchronous (mode sync) and does not over-select")
 	}
 	if w, ok := a.withdrawn[sess.id]; ok && int(r.GetVersion()) == w {
 		delete(a.withdrawn, sess.id)
@@ -220,8 +234,14 @@ func (s *Server) enqueue(sess *session, v int, first bool) {
 	if s.eng.Done() >= s.eng.Rounds() {
 		return // the run is over: no buffer is left to take them, or to record a refusal
 	}
-	if st := s.eng.Done() - v; s.stale(st) {
+	st := s.eng.Done() - v
+	if s.stale(st) {
 		s.discard(sess, v, s.staleReason(v, st), "stale")
+		return
+	}
+	if !s.buffered() && (st != 0 || !a.sampled[sess.id]) {
+		// Over-selection: only the current round's sample's weights.
+		s.discard(sess, v, fmt.Sprintf("weights trained from model version %d are not for round %d's sample, the one given tasks", v, s.eng.Done()+1), "invalid")
 		return
 	}
 	u := readyUpdate{id: sess.id, version: v}

@@ -30,8 +30,13 @@ type heldWeights struct {
 	uploaded uint32  // the buffer they were uploaded in, 0 if none yet
 }
 
-// async reports whether the client's run is asynchronous.
-func (c *Client) async() bool { return c.su.Config.Mode == "async" }
+// tasked reports whether the client's server gives it Tasks, and its
+// rounds ask for the weights it trained and holds: an asynchronous run,
+// or a synchronous one that over-selects (the server keeps the first of
+// its round's sample to finish).
+func (c *Client) tasked() bool {
+	return c.su.Config.Mode == "async" || c.su.Config.OverSelect > 0
+}
 
 // announced is the Ready a Join carries: the weights the client holds for
 // run runID, if it holds any.
@@ -146,21 +151,26 @@ func (c *Client) discard(d *pb.Discard) {
 	c.log.Printf("update from model version %d refused: %s", d.GetVersion(), d.GetReason())
 }
 
-// heldFor is the held weights a buffer's RoundStart asks for. Weights
+// heldFor is the held weights a buffer's (or an over-selected round's)
+// RoundStart asks for. Weights
 // uploaded in a buffer the server lost to a restart go again only into
 // the buffer of the same number (Client.round sends the very same upload
 // again): a fresh message of them in another buffer would be a second
 // message of the same weights that no ledger counts.
 func (c *Client) heldFor(runID []byte, rs *pb.RoundStart) (*heldWeights, error) {
 	h, t := c.held, rs.GetRound()
+	step := "buffer"
+	if c.su.Config.Mode != "async" {
+		step = "round" // over-selected
+	}
 	switch {
 	case h == nil || h.run != string(runID):
-		return nil, fmt.Errorf("buffer %d asks for weights trained from model version %d, and the client holds none", t, rs.GetVersion())
+		return nil, fmt.Errorf("%s %d asks for weights trained from model version %d, and the client holds none", step, t, rs.GetVersion())
 	case h.version != rs.GetVersion():
-		return nil, fmt.Errorf("buffer %d asks for weights trained from model version %d; the client's are from version %d", t, rs.GetVersion(), h.version)
+		return nil, fmt.Errorf("%s %d asks for weights trained from model version %d; the client's are from version %d", step, t, rs.GetVersion(), h.version)
 	case h.uploaded != 0 && h.uploaded != t:
 		c.held = nil
-		return nil, fmt.Errorf("its weights went into buffer %d, which the server lost; a fresh message of them in buffer %d would go uncounted by the ledger, so they are dropped", h.uploaded, t)
+		return nil, fmt.Errorf("its weights went into %s %d, which the server lost; a fresh message of them in %s %d would go uncounted by the ledger, so they are dropped", step, h.uploaded, step, t)
 	}
 	return h, nil
 }

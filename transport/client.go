@@ -516,11 +516,12 @@ func (c *Client) round(ctx context.Context, stream pb.Federation_SessionClient, 
 		return nil, c.decline(stream, t, "mismatch", fmt.Errorf("round %d has secure aggregation, but the run does not", t))
 	}
 	// The model the update is encoded against: the round's, or, in an
-	// asynchronous buffer, the one the held weights were trained from.
+	// asynchronous buffer or an over-selected round, the one the held
+	// weights were trained from (their task's).
 	var global [][]float32
 	var held *heldWeights
 	var err error
-	if c.async() {
+	if c.tasked() {
 		if held, err = c.heldFor(runID, rs); err != nil {
 			return nil, c.decline(stream, t, "held", err)
 		}

@@ -61,8 +61,9 @@ type ServerMetrics struct {
 // Reasons an asynchronous run refuses a client's trained weights before
 // they are sent: staler than max_staleness, (announced again in a Join)
 // trained from a model version the server has not made, or its task
-// withdrawn, not Ready within the task timeout.
-var asyncReasons = []string{"stale", "invalid", "timeout"}
+// withdrawn, not Ready within the task timeout; and the clients of an
+// over-selected synchronous round not among the first to finish.
+var asyncReasons = []string{"stale", "invalid", "timeout", "over_selected"}
 
 // Join refusals, by what the refusal's gRPC code says: the client is not
 // admitted (a wrong or missing token, an identity not on the roster or not
@@ -114,7 +115,7 @@ func NewServerMetrics() *ServerMetrics {
 	m.chosen = f.counter("chosen_total", "Clients chosen for the rounds completed, counted at completion: fedpq_server_dropouts_total over it is the fraction of expected uploads missing.")
 	m.training = f.gauge("async_training_clients", "Mode async: clients given a task and training now (at most the run's concurrency).")
 	m.queued = f.gauge("async_queued_updates", "Mode async: clients that finished training and wait, holding their weights, for a buffer.")
-	m.asyncRefusals = f.counterVec("async_refused_total", "Mode async: trained weights refused before they were sent (nothing charged), by reason: stale (past max_staleness), invalid (announced again from a model version the server has not made), timeout (the task withdrawn: not Ready within --task-timeout, its slot given to another client).", "reason")
+	m.asyncRefusals = f.counterVec("async_refused_total", "Mode async: trained weights refused before they were sent (nothing charged), by reason: stale (past max_staleness), invalid (announced again from a model version the server has not made), timeout (the task withdrawn: not Ready within --task-timeout, its slot given to another client); mode sync with over_select: over_selected (sampled and given a task, not among the round's first clients_per_round to finish).", "reason")
 	for _, r := range asyncReasons {
 		m.asyncRefusals.WithLabelValues(r)
 	}

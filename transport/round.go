@@ -270,8 +270,10 @@ func (s *Server) runRound(ctx context.Context, begin func(t int) (*fl.Plan, erro
 		sa = rd.secure.announce(plan)
 	}
 	common := &pb.RoundStart{Ranges: encodeRanges(plan.Ranges), Secagg: sa}
-	if plan.Staleness == nil {
-		// A buffer's members trained already, each from its own version.
+	held := s.async != nil
+	if !held {
+		// A buffer's members, or an over-selected round's kept clients,
+		// trained already, each from the version its task named.
 		common.Global = encodeTensors(plan.Global)
 	}
 	shared, err := encodeShared(common)
@@ -300,8 +302,11 @@ func (s *Server) runRound(ctx context.Context, begin func(t int) (*fl.Plan, erro
 		if key, ok := plan.Pairing.SharedKey(pos); ok {
 			own.SharedKey = key[:]
 		}
-		if plan.Staleness != nil {
-			own.Version = uint32(t - 1 - plan.Staleness[pos])
+		if held {
+			own.Version = uint32(t - 1)
+			if plan.Staleness != nil {
+				own.Version -= uint32(plan.Staleness[pos])
+			}
 		}
 		gi, gs := plan.Pairing.Group(pos)
 		own.GroupIndex, own.GroupSize = uint32(gi), uint32(gs)

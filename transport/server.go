@@ -113,7 +113,7 @@ type Server struct {
 	sessions map[uint32]*session
 	changed  chan struct{} // closed, and replaced, whenever sessions or the round change
 	round    *serverRound  // the round under way, or nil
-	async    *asyncState   // mode async: the clients training and queued; nil in mode sync
+	async    *asyncState   // the clients given tasks, training and queued: mode async, or sync with over_select (overselect.go); else nil
 	finished *pb.Finished  // once the run is over
 }
 
@@ -242,7 +242,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		fleet: fleet, paired: m.Coupling() == mech.Paired, pins: pinned, joined: map[uint32]time.Time{},
 		sessions: map[uint32]*session{}, changed: make(chan struct{}), checks: make(chan struct{}, runtime.GOMAXPROCS(0)),
 	}
-	if c.Mode == "async" {
+	if c.Mode == "async" || c.OverSelect > 0 {
 		s.async = newAsyncState()
 	}
 	if s.paired && su.Engine.Transfer {
@@ -448,7 +448,7 @@ func (s *Server) notify() {
 
 // run runs the rounds left.
 func (s *Server) run(ctx context.Context) error {
-	if s.async != nil {
+	if s.buffered() {
 		return s.runAsync(ctx)
 	}
 	for s.eng.Done() < s.eng.Rounds() {
@@ -466,6 +466,14 @@ func (s *Server) run(ctx context.Context) error {
 		for i, id := range online {
 			ids[i] = int(id)
 		}
+		if s.async != nil {
+			// Over-selection: its round, or none if no client of its
+			// sample finished (then the round is sampled again).
+			if stop, err := s.overSelected(ctx, ids, begun); stop || err != nil {
+				return err
+			}
+			continue
+		}
 		r, took, err := s.runRound(ctx, func(t int) (*fl.Plan, error) { return s.eng.Begin(t, ids) }, begun)
 		if stop, err := s.record(r, took, err); stop || err != nil {
 			return err
@@ -474,10 +482,14 @@ func (s *Server) run(ctx context.Context) error {
 	return nil
 }
 
+// buffered reports whether the run is asynchronous: it steps on
+// buffers of the clients that finish (mode async).
+func (s *Server) buffered() bool { return s.cfg.Run.Mode == "async" }
+
 // step is what the run calls a step of its model: a round, or an
 // asynchronous run's buffer.
 func (s *Server) step() string {
-	if s.async != nil {
+	if s.buffered() {
 		return "buffer"
 	}
 	return "round"
@@ -512,7 +524,10 @@ func (s *Server) record(r report.Round, took *phases, err error) (stop bool, _ e
 		acc = fmt.Sprintf(", accuracy %.2f%%", 100**r.Accuracy)
 	}
 	stale := ""
-	if s.async != nil {
+	if r.Cut > 0 {
+		stale = fmt.Sprintf(", %d over-selected cut", r.Cut)
+	}
+	if s.buffered() {
 		stale = fmt.Sprintf(", staleness mean %.2f max %d, %d refused as stale", r.Staleness, r.MaxStaleness, r.Refused)
 		if r.Withdrawn > 0 {
 			stale += fmt.Sprintf(", %d tasks withdrawn past the task timeout", r.Withdrawn)

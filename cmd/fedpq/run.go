@@ -65,7 +65,7 @@ var runFlagHelp = [][2]string{
 	{"staleness", "async: weight of an upload s steps stale: constant, poly:A ((1+s)^-A; FedBuff's poly:0.5) or hinge:A:B (1 up to B, then 1/(A(s-B)+1)); not constant only where the server sees each upload (no secure aggregation, shuffler or robust aggregator)"},
 	{"max_staleness", "async: refuse uploads more than this many steps stale, before they send anything (0: no limit)"},
 	{"speed", "the clients' speeds on a virtual clock, reported as clock: none, tail:F:X[:SIGMA] (a fraction F of the clients X times slower, each job's time lognormal with sigma SIGMA, default 0.25), lognormal:SIGMA[:JITTER] or trace:FILE (CSV client,seconds...; docs/training.md); default: none for sync, tail:0.1:10 for async"},
-	{"over_select", "sync with --speed: sample ceil(clients_per_round x (1+F)) clients and keep the clients_per_round that finish first"},
+	{"over_select", "sync: sample ceil(clients_per_round x (1+F)) clients and keep the clients_per_round that finish first: on the --speed model's clock (fedpq run, which needs one), or the first to finish their task (fedpq server: the others are told to stop, and send nothing); not with poisson sampling or DP-FedAvg"},
 	{"model", "linear, mlp, mlp-wide, cnn2, corbin-cnn, ldpfl-cnn, vgg-small, lenet, or a spec file NET.yaml of one's own (docs/models.md#specs; config.yaml records the spec as model_spec); or external: the model of --trainer"},
 	{"init_weights", "start from the weights in this .safetensors or .onnx file (as fedpq export writes them) instead of drawing them from the seed"},
 	{"init_weights_sha256", "the sha256 of init_weights: recorded by the run, checked when given"},

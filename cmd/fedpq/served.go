@@ -21,7 +21,6 @@ var notServed = map[string]string{
 	"byzantine":          "makes simulated clients attack; in a deployment a client attacks by itself (fedpq client --byzantine), unknown to the server",
 	"byzantine_fraction": "is how many simulated clients attack; in a deployment a client attacks by itself (fedpq client --byzantine), unknown to the server",
 	"speed":              "drives a simulation's virtual clock (fedpq run); a server's clients take the time they take (fedpq client --delay makes stragglers for tests and demos)",
-	"over_select":        "keeps the clients that finish first on a simulation's virtual clock (fedpq run); a server has no clock to rank them by",
 }
 
 // refuseNotServed refuses a flag of args that names a setting of

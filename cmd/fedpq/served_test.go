@@ -53,3 +53,33 @@ func TestAsyncFlags(t *testing.T) {
 		t.Errorf("fedpq client --delay tail:2:10:1: exit %d: %s", code, stderr)
 	}
 }
+
+// TestServerOverSelect: fedpq server offers --over-select (a deployed
+// server keeps the first of a round's sample to finish), needs no speed
+// model for it, and refuses it, with why, where it cannot hold: without
+// clients_per_round, with poisson sampling, with DP-FedAvg, in mode async;
+// fedpq run still needs a speed model to rank its clients by.
+func TestServerOverSelect(t *testing.T) {
+	_, _, help := runCLI("server", "-h")
+	if !offers(help, "over-select") {
+		t.Error("fedpq server --help lacks -over-select")
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"server", "--over-select", "0.5"}, 2, "set clients_per_round"},
+		{[]string{"server", "--over-select", "0.5", "--clients-per-round", "3", "--sampling", "poisson"}, 2, "does not go with poisson sampling"},
+		{[]string{"server", "--over-select", "0.5", "--mode", "async", "--concurrency", "2", "--buffer", "1"}, 2, "over_select is for mode sync"},
+		{[]string{"server", "--over-select", "0.5", "--clients-per-round", "3", "--mechanism", "none", "--weighting", "mean", "--clip", "1",
+			"--token", "t", "--listen", "127.0.0.1:0"}, 1, "DP-FedAvg's amplification by sampling would not hold"},
+		{[]string{"run", "--over-select", "0.5", "--clients-per-round", "3", "--rounds", "1"}, 1, "in a simulation needs a speed model"},
+	} {
+		code, _, stderr := runCLI(append(c.args, "--out", dir)...)
+		if code != c.code || !strings.Contains(stderr, c.want) {
+			t.Errorf("fedpq %v: exit %d, want %d and an error saying %q: %s", c.args, code, c.code, c.want, stderr)
+		}
+	}
+}
