@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fedpq/fedpq/corr"
 	"github.com/fedpq/fedpq/fl"
 	pb "github.com/fedpq/fedpq/transport/fedpqpb"
 )
@@ -45,7 +46,10 @@ type asyncState struct {
 	// task is the current version's Task, its tensors encoded once for
 	// every client that gets it.
 	task *pb.Task
-	next uint32 // the id after the last client given a task: tasks go round the clients
+	// secret and draws give the stream from which dispatch picks each
+	// idle client, as the simulation does (fl.Engine's "async-start").
+	secret []byte
+	draws  uint64
 }
 
 // task is a client's task in flight: the model version it trains from,
@@ -63,8 +67,8 @@ type readyUpdate struct {
 	version int
 }
 
-func newAsyncState() *asyncState {
-	return &asyncState{tasks: map[uint32]task{}, members: map[uint32]bool{}, withdrawn: map[uint32]int{}, sampled: map[uint32]bool{}}
+func newAsyncState(secret []byte) *asyncState {
+	return &asyncState{tasks: map[uint32]task{}, members: map[uint32]bool{}, withdrawn: map[uint32]int{}, sampled: map[uint32]bool{}, secret: secret}
 }
 
 // busy reports whether client id trains, owes a late Ready for a
@@ -94,7 +98,10 @@ func (a *asyncState) forget(id uint32) {
 }
 
 // dispatch gives Tasks to idle connected clients until Concurrency train,
-// going round the clients by id. s.mu is held.
+// each drawn uniformly from the idle ones, as the simulation draws them:
+// an order by id would make clients whose speed goes with their id (a
+// site's, a fleet's, --delay tail's) take their tasks in waves, and a
+// wave of slow ones hold every slot at once. s.mu is held.
 func (s *Server) dispatch() {
 	a := s.async
 	if !s.buffered() || s.finished != nil || s.eng.Done() >= s.eng.Rounds() {
@@ -110,16 +117,12 @@ func (s *Server) dispatch() {
 			ids = append(ids, id)
 		}
 	}
-	slices.Sort(ids)
-	// From the id after the last one given a task, and round.
-	i, _ := slices.BinarySearch(ids, a.next)
-	ids = slices.Concat(ids[i:], ids[:i])
-	for _, id := range ids {
-		if len(a.tasks) >= m {
-			break
-		}
-		s.give(id, s.cfg.TaskTimeout)
-		a.next = id + 1
+	slices.Sort(ids) // the draw's order, whatever the map's
+	for len(a.tasks) < m && len(ids) > 0 {
+		i := corr.Below(corr.Derive(a.secret, "async-start", a.draws), uint64(len(ids)))
+		a.draws++
+		s.give(ids[i], s.cfg.TaskTimeout)
+		ids = slices.Delete(ids, int(i), int(i)+1)
 	}
 	s.cfg.Metrics.asyncClients(len(a.tasks), len(a.queue))
 }

@@ -131,7 +131,7 @@ func (fz *fuzzAsync) run(t *testing.T, script, msg []byte) {
 		t.Fatal(err)
 	}
 	srv.mu.Lock()
-	srv.async, srv.round, srv.finished = newAsyncState(), nil, nil
+	srv.async, srv.round, srv.finished = newAsyncState([]byte("fuzz")), nil, nil
 	srv.sessions, srv.joined = map[uint32]*session{}, map[uint32]time.Time{}
 	srv.mu.Unlock()
 	fz.peers = nil

@@ -243,7 +243,7 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		sessions: map[uint32]*session{}, changed: make(chan struct{}), checks: make(chan struct{}, runtime.GOMAXPROCS(0)),
 	}
 	if c.Mode == "async" || c.OverSelect > 0 {
-		s.async = newAsyncState()
+		s.async = newAsyncState(secret)
 	}
 	if s.paired && su.Engine.Transfer {
 		s.sealed = fl.TransferBytes(m, numParams(su.Arch().Tensors())) + corr.SealedOverhead
