@@ -14,7 +14,7 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/fedpq" ./cmd/fedpq)
 # A static binary: built without cgo and with no ELF interpreter to load it.
-go version -m "$ctx/fedpq" | grep -q 'CGO_ENABLED=0' || { echo "image.sh: fedpq was built with cgo" >&2; exit 1; }
+grep -q 'CGO_ENABLED=0' <<<"$(go version -m "$ctx/fedpq")" || { echo "image.sh: fedpq was built with cgo" >&2; exit 1; }
 if command -v readelf >/dev/null && readelf -l "$ctx/fedpq" | grep -q INTERP; then
   echo "image.sh: fedpq is dynamically linked" >&2; exit 1
 fi

@@ -271,8 +271,11 @@ podman save --format docker-archive -o "$work/images/pause.tar" $pause_image 2>/
 podman save --format docker-archive -o "$work/images/fedpq.tar" $image 2>/dev/null
 ctrc images import "$work/images/pause.tar" >/dev/null
 ctrc images import "$work/images/fedpq.tar" >/dev/null
-ctrc images ls -q | grep -qx "$pause_image" || fail "containerd does not hold $pause_image after the import: $(ctrc images ls -q | tr '\n' ' ')"
-ctrc images ls -q | grep -qx "$image" || fail "containerd does not hold $image after the import: $(ctrc images ls -q | tr '\n' ' ')"
+# The listing is read whole: grep -q stops at its match, and under pipefail
+# the listing's SIGPIPE would fail the check.
+images=$(ctrc images ls -q)
+grep -qx "$pause_image" <<<"$images" || fail "containerd does not hold $pause_image after the import: $(tr '\n' ' ' <<<"$images")"
+grep -qx "$image" <<<"$images" || fail "containerd does not hold $image after the import: $(tr '\n' ' ' <<<"$images")"
 say "containerd $(containerd --version | awk '{print $3}') holds $pause_image and $image ($(elapsed))"
 
 # --- the kubelet and kube-proxy -------------------------------------------------------

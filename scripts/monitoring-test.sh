@@ -203,7 +203,7 @@ if [ -n "${SCREENSHOT:-}" ]; then cp "$shot" "$SCREENSHOT"; fi
 
 # frozen: once its missing uploads are alerted, let client 2 go (its late
 # upload is refused) and kill every client: no round begins again.
-has() { firing | grep -q "^$1 127.0.0.1:$(port "$2") "; } # has ALERT PORTOFFSET
+has() { grep -q "^$1 127.0.0.1:$(port "$2") " <<<"$(firing)"; } # has ALERT PORTOFFSET (read whole: no SIGPIPE under pipefail)
 await 90 "FedpqUploadsMissing on the frozen run" has FedpqUploadsMissing 11
 kill -CONT "$pid_frozen2"
 sleep 2
