@@ -225,6 +225,9 @@ func printSummary(stdout io.Writer, format string, c experiment.Config, s *repor
 	if c.Mode == "async" {
 		fmt.Fprintf(stdout, "  asynchronous: %d buffers of %d uploads, %d refused as too stale\n", s.Rounds, c.Buffer, s.Refused)
 	}
+	if s.Cut > 0 {
+		fmt.Fprintf(stdout, "  over-selection: %d clients given the model and cut, not among a round's first %d to finish (nothing sent, nothing charged)\n", s.Cut, c.ClientsPerRound)
+	}
 	if s.Clock > 0 {
 		fmt.Fprintf(stdout, "  virtual clock %.4g s, %d uploads (speed %s)\n", s.Clock, s.Uploads, speedName(c))
 	}

@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/fedpq/fedpq/experiment"
+	"github.com/fedpq/fedpq/report"
 )
 
 // TestServerFlags: fedpq server --help offers no flag for the settings of
@@ -80,6 +83,23 @@ func TestServerOverSelect(t *testing.T) {
 		code, _, stderr := runCLI(append(c.args, "--out", dir)...)
 		if code != c.code || !strings.Contains(stderr, c.want) {
 			t.Errorf("fedpq %v: exit %d, want %d and an error saying %q: %s", c.args, code, c.code, c.want, stderr)
+		}
+	}
+}
+
+// TestSummaryOverSelectCut: a run's summary says how many over-selected
+// clients were cut, and only where some were.
+func TestSummaryOverSelectCut(t *testing.T) {
+	c := experiment.Default()
+	c.ClientsPerRound, c.OverSelect = 4, 0.5
+	for _, cut := range []int64{0, 10} {
+		var b strings.Builder
+		if err := printSummary(&b, "text", c, &report.Summary{Cut: cut}); err != nil {
+			t.Fatal(err)
+		}
+		want := "over-selection: 10 clients given the model and cut, not among a round's first 4 to finish"
+		if got := strings.Contains(b.String(), want); got != (cut > 0) {
+			t.Errorf("cut %d: the summary says %q: has %q = %v, want %v", cut, b.String(), want, got, cut > 0)
 		}
 	}
 }
