@@ -12,7 +12,7 @@
 #      `for:` set to 0 so that a run of seconds can trip them; the
 #      expressions are the file's):
 #      dp       DP-FedAvg with a budget (target epsilon 1), 8 rounds, 3
-#               clients, and 12 clients with a wrong token: trips
+#               clients, and 20 clients with a wrong token: trips
 #               FedpqPrivacyBudgetNearTarget and FedpqRefusalsSpiking;
 #      frozen   ldpq, 3 clients, rounds of 2 s, client 2 frozen (SIGSTOP):
 #               FedpqUploadsMissing; then it is let go (its late upload is
@@ -77,7 +77,7 @@ EOF
 # 2. The runs.
 go build -o "$work/fedpq" ./cmd/fedpq
 fedpq=$work/fedpq
-base=$((20000 + $$ % 20000)) # ports base to base+49
+base=$((20000 + $$ % 12000)) # ports base to base+49, below the ephemeral ports (32768 up) that outgoing connections take
 port() { echo $((base + $1)); }
 token=t0ken
 
@@ -125,7 +125,10 @@ prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb"
   >"$work/prometheus.log" 2>&1 &
 pids+=($!)
 
-# dp: DP-FedAvg, user-level budget epsilon 1, rounds of a few seconds.
+# dp: DP-FedAvg, user-level budget epsilon 1, rounds of 3 s at least: its
+# clients wait 3 s before each upload, so that the page is read mid-run
+# however fast they train (on an idle machine, 8 rounds of training alone
+# took 3.4 s, and the run was over before the checks below began).
 server dp 0 --clients 3 --rounds 8 --epochs 300 --model mlp --mechanism none --clip 1 --target-epsilon 1 \
   --perturb updates --weighting mean --eval-every 1 --linger
 # frozen: ldpq, rounds of 2 s.
@@ -133,7 +136,7 @@ server frozen 10 --clients 3 --rounds 1000 --epochs 500 --model linear --mechani
 # starved: 16 clients in one fleet.
 server starved 20 --clients 16 --rounds 1000 --epochs 100 --model mlp --mechanism ldpq --epsilon 1 --linger
 for k in 0 1 2; do
-  client dp$k 0 $((2 + k)) --partition $k/3
+  client dp$k 0 $((2 + k)) --partition $k/3 --delay fixed:3
   client frozen$k 10 $((12 + k)) --partition $k/3
 done
 GOMAXPROCS=1 client starved 20 22 --partition 0-15/16 --workers 4
@@ -153,21 +156,21 @@ for a in json.load(sys.stdin)["data"]["alerts"]:
 await() { # await SECONDS WHAT CMD...: until CMD succeeds
   local until=$(($(date +%s) + $1)) what=$2; shift 2
   until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$until" ] || fail "waited $((until - began)) s from the start for $what (firing: $(firing | tr '\n' ';'))"
+    [ "$(date +%s)" -lt "$until" ] || fail "waited $((until - began)) s from the start for $what (firing: $(firing | tr '\n' ';'); fired before: $(sort -u "$work/fired" 2>/dev/null | tr '\n' ';'))"
     sleep 0.5
   done
 }
 await 60 "Prometheus" curl -sf "http://$prom/-/ready"
 await 60 "the dp run's server" curl -sf "127.0.0.1:$(port 1)/readyz"
 
-# 12 clients with a wrong token against dp, at once: each is refused for
+# 20 clients with a wrong token against dp, at once: each is refused for
 # good (after preparing its data and model, seconds at nice 19 here). Not
 # before Prometheus has the server's refusals at 0: a counter first scraped
 # at 12 has no increase (a run here on a loaded machine missed the alert so).
 scraped() { [ "$(value 'fedpq_server_join_refusals_total{run="dp",reason="denied"}')" = 0 ]; }
 await 60 "a scrape of the dp run's refusals" scraped
-for k in $(seq 12); do
-  XDG_CONFIG_HOME=$work/wrong-config "$fedpq" client --server "127.0.0.1:$(port 0)" --partition 0/3 \
+for k in $(seq 20); do
+  XDG_CONFIG_HOME=$work/wrong-config-$k "$fedpq" client --server "127.0.0.1:$(port 0)" --partition 0/3 \
     --token wrong >"$work/wrong-$k.log" 2>&1 &
   pids+=($!)
 done
@@ -203,19 +206,25 @@ if [ -n "${SCREENSHOT:-}" ]; then cp "$shot" "$SCREENSHOT"; fi
 
 # frozen: once its missing uploads are alerted, let client 2 go (its late
 # upload is refused) and kill every client: no round begins again.
-has() { grep -q "^$1 127.0.0.1:$(port "$2") " <<<"$(firing)"; } # has ALERT PORTOFFSET (read whole: no SIGPIPE under pipefail)
-await 90 "FedpqUploadsMissing on the frozen run" has FedpqUploadsMissing 11
+# fired ALERT PORTOFFSET: the alert has fired for that process, now or
+# at an earlier look (each look is kept in $work/fired).
+fired() { firing >>"$work/fired"; grep -q "^$1 127.0.0.1:$(port "$2") " "$work/fired"; }
+await 90 "FedpqUploadsMissing on the frozen run" fired FedpqUploadsMissing 11
 kill -CONT "$pid_frozen2"
 sleep 2
 for k in 0 1 2; do eval "kill -KILL \$pid_frozen$k"; done
 
-# Each alert, and the port (its offset) of the process it must fire for.
+# Each alert, and the port (its offset) of the process it must fire for:
+# each must have fired, not all at once (on an idle machine the frozen
+# run's missing uploads stopped firing within seconds, before its stalled
+# round fired).
 expected="FedpqPrivacyBudgetNearTarget:1 FedpqRefusalsSpiking:1 FedpqUploadsMissing:11 FedpqRoundStalled:11 FedpqTargetDown:12 FedpqFleetCPUStarved:22"
-all_fired() { for e in $expected; do has "${e%%:*}" "${e##*:}" || return 1; done; }
+all_fired() { for e in $expected; do fired "${e%%:*}" "${e##*:}" || return 1; done; }
 await 120 "every alert to fire" all_fired
-grep -q "PermissionDenied" "$work/wrong-1.log" || fail "a wrong-token client was not refused"
-echo "alerts firing, by run:"
-firing | sed 's/^/  /'
+refused=$(grep -l "PermissionDenied" "$work"/wrong-*.log | wc -l)
+[ "$refused" = 20 ] || fail "$refused of the 20 wrong-token clients were refused"
+echo "alerts fired, by run:"
+sort -u "$work/fired" | sed 's/^/  /'
 
 # 3. The dashboard's queries, each with data.
 python3 - "$prom" deploy/grafana/fedpq-dashboard.json <<'EOF' || fail "a dashboard query returned no data"
