@@ -466,7 +466,7 @@ func (s *Server) run(ctx context.Context) error {
 		for i, id := range online {
 			ids[i] = int(id)
 		}
-		if s.async != nil {
+		if s.cfg.Run.OverSelect > 0 {
 			// Over-selection: its round, or none if no client of its
 			// sample finished (then the round is sampled again).
 			if stop, err := s.overSelected(ctx, ids, begun); stop || err != nil {
